@@ -1,0 +1,128 @@
+"""The one Horovod seam. Everything that names Horovod lives here; launcher and Keras hooks stay backend-neutral.
+
+Two halves, imported lazily so neither side pays for the other:
+- kernel side: a rendezvous server and the per-rank environment (what horovodrun would set for each process);
+- engine side: (re)initialisation and the three collectives the Keras hooks need.
+"""
+import os
+
+SETUP_HINT = "run `make setup` (scripts/setup.sh) to build Horovod with TensorFlow and gloo"
+
+
+def check_installed():
+    """Raise BackendMissing with the fix when Horovod cannot run TensorFlow jobs over gloo."""
+    from ..errors import BackendMissing
+
+    try:
+        import horovod  # noqa: F401
+    except ImportError:
+        raise BackendMissing(f"Horovod is not installed; {SETUP_HINT}") from None
+    try:
+        import horovod.tensorflow as hvd
+    except Exception as exc:  # built without TF, or against another TF: the extension fails to load
+        raise BackendMissing(f"Horovod cannot load its TensorFlow ops ({exc}); {SETUP_HINT}") from None
+    if not hvd.gloo_built():
+        raise BackendMissing(f"Horovod was built without gloo; {SETUP_HINT}")
+
+
+# ----------------------------------------------------------------------------------------------- kernel side
+
+class Rendezvous:
+    """A gloo rendezvous server in the kernel for one job; ranks find each other through it."""
+
+    def __init__(self, hosts_by_rank, address, interface, timeout_s):
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+        from horovod.runner.http.http_server import RendezvousServer
+
+        slots = {}
+        for host in hosts_by_rank:
+            slots[host] = slots.get(host, 0) + 1
+        # Horovod's own assignment keeps each host's ranks contiguous; ranks are then matched to engines by host.
+        plan = get_host_assignments(parse_hosts(",".join(f"{h}:{n}" for h, n in slots.items())), len(hosts_by_rank))
+        self._server = RendezvousServer(verbose=0)
+        port = self._server.start()
+        self._server.init(plan)
+        common = create_run_env_vars(address, [interface], port)
+        common["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(int(timeout_s))
+        self.port = port
+        self.slots = plan
+        self.environments = [{**{k: str(v) for k, v in common.items()}, **create_slot_env_vars(slot)}
+                             for slot in plan]
+
+    def stop(self):
+        self._server.stop()
+
+
+# ----------------------------------------------------------------------------------------------- engine side
+
+def init(environment: dict):
+    """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn."""
+    import horovod.tensorflow as hvd
+
+    if hvd.is_initialized():
+        hvd.shutdown()
+    os.environ.update(environment)
+    hvd.init()
+    return hvd.rank(), hvd.size()
+
+
+def shutdown():
+    """Leave the job. Horovod tells every other rank, so peers blocked in a collective get an error, not a hang."""
+    import horovod.tensorflow as hvd
+
+    if hvd.is_initialized():
+        hvd.shutdown()
+
+
+def rank_and_size():
+    import horovod.tensorflow as hvd
+
+    return hvd.rank(), hvd.size()
+
+
+def average_gradients(grads):
+    """Average a list of gradients (None kept in place) across ranks in one fused collective."""
+    import horovod.tensorflow as hvd
+
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return list(grads)
+    reduced = hvd.grouped_allreduce([_dense(grads[i]) for i in present], op=hvd.Average)
+    out = list(grads)
+    for i, r in zip(present, reduced):
+        out[i] = r
+    return out
+
+
+def broadcast_from_root(variables, root_rank=0):
+    """Overwrite each variable with rank 0's value (eager; Keras 3 variables, not tf.Variable refs)."""
+    import horovod.tensorflow as hvd
+
+    for i, var in enumerate(variables):
+        value = getattr(var, "value", var)
+        var.assign(hvd.broadcast(value, root_rank=root_rank, name=f"jdl.bcast.{i}"))
+
+
+def average_scalars(values, name="jdl.metrics"):
+    """Average a list of floats across ranks."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    reduced = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Average, name=name)
+    return [float(v) for v in reduced.numpy()]
+
+
+def allreduce(value, op="average", name=None):
+    """Plain allreduce of an array-like, for users' and tests' own code."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    ops = {"average": hvd.Average, "sum": hvd.Sum, "min": hvd.Min, "max": hvd.Max}
+    return hvd.allreduce(tf.convert_to_tensor(value), op=ops[op], name=name).numpy()
+
+
+def _dense(grad):
+    import tensorflow as tf
+
+    return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad

@@ -1,0 +1,103 @@
+"""Static analysis of a cell: which notebook names it reads and which it binds.
+
+Kernel-side only. We over-approximate reads (any loaded name that exists in the notebook is shipped) because a
+missing variable on a rank is a hard failure, while an extra one only costs bytes.
+"""
+import ast
+import builtins
+from dataclasses import dataclass, field
+
+# IPython's own bookkeeping: never ship these, never bring them back.
+_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_ih", "_oh", "_dh", "_i", "_ii",
+                  "_iii"}
+
+
+@dataclass
+class CellNames:
+    reads: set = field(default_factory=set)
+    binds: list = field(default_factory=list)  # top-level bindings, in order of first appearance
+
+
+class _NameCollector(ast.NodeVisitor):
+    def __init__(self):
+        self.loads = set()
+        self.top_binds = []
+        self._depth = 0  # >0 inside function/class/lambda/comprehension bodies
+
+    def _bind(self, name):
+        if self._depth == 0 and name not in self.top_binds:
+            self.top_binds.append(name)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            self.loads.add(node.id)
+        elif self._depth == 0:
+            self._bind(node.id)
+            if isinstance(node.ctx, ast.Del):
+                self.top_binds.remove(node.id)
+
+    def visit_AugAssign(self, node):
+        # `x += 1` reads x as well as binding it.
+        if isinstance(node.target, ast.Name):
+            self.loads.add(node.target.id)
+        self.generic_visit(node)
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self._bind(alias.asname or alias.name.split(".")[0])
+
+    visit_ImportFrom = visit_Import
+
+    def _scoped(self, node, name=None):
+        if name:
+            self._bind(name)
+        for deco in getattr(node, "decorator_list", []):
+            self.visit(deco)
+        self._depth += 1
+        for child in ast.iter_child_nodes(node):
+            if child not in getattr(node, "decorator_list", []):
+                self.visit(child)
+        self._depth -= 1
+
+    def visit_FunctionDef(self, node):
+        self._scoped(node, node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        self._scoped(node, node.name)
+
+    def visit_Lambda(self, node):
+        self._scoped(node)
+
+    def visit_ListComp(self, node):
+        self._scoped(node)
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self._bind(node.name)
+        self.generic_visit(node)
+
+
+def parse_cell(code: str, filename: str = "<distribute-cell>") -> ast.Module:
+    """Parse the cell; a SyntaxError is raised here, before anything is launched."""
+    return ast.parse(code, filename=filename)
+
+
+def analyse(code: str) -> CellNames:
+    collector = _NameCollector()
+    collector.visit(parse_cell(code))
+    reads = {n for n in collector.loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
+    binds = [n for n in collector.top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
+    return CellNames(reads=reads, binds=binds)
+
+
+def shippable_reads(names: CellNames, namespace: dict) -> list:
+    """The names the cell reads that the notebook actually defines (builtins stay on the engines)."""
+    out = []
+    for name in sorted(names.reads):
+        if name in namespace and not (hasattr(builtins, name) and namespace[name] is getattr(builtins, name)):
+            out.append(name)
+    return out

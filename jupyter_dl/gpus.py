@@ -1,0 +1,35 @@
+"""GPU discovery on this host. Without nvidia-smi (or with no GPU) the answer is an empty list and ranks run on CPU."""
+import functools
+import shutil
+import subprocess
+
+from .errors import UsageError
+
+
+@functools.lru_cache(maxsize=1)
+def discover() -> list:
+    """Indices of the GPUs nvidia-smi lists, e.g. [0, 1]."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+def select(spec: str | None) -> list:
+    """Parse --gpus: 'all', or a comma list of indices that must exist."""
+    found = discover()
+    if spec in (None, "", "all"):
+        return found
+    try:
+        wanted = [int(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--gpus takes 'all' or indices like 0,1 (got {spec!r})") from None
+    missing = [g for g in wanted if g not in found]
+    if missing:
+        raise UsageError(f"GPU(s) {missing} not found; this host has {found or 'no GPUs'}")
+    return wanted

@@ -1,0 +1,299 @@
+"""Kernel side: run one job on the cluster's engines and bring back its outcome.
+
+Order matters: everything that can fail on bad input (syntax, unsendable variables, bad options) is checked before
+any engine is started or touched. A failing rank leaves Horovod, which unblocks its peers; peers that are still
+stuck after a grace period (native code does not see signals) are killed and replaced, so the next cell works.
+"""
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from traitlets import Float, Unicode
+from traitlets.config import Configurable
+
+from . import cell as cellmod
+from . import payload
+from .backends import horovod as backend
+from .errors import JobTimeout, RankError, ShipError
+from .jobs import Job, JobRegistry
+from .options import RunOptions
+from .output import OutputRelay
+
+
+@dataclass
+class CellWork:
+    code: str
+    namespace: dict
+
+
+@dataclass
+class FunctionWork:
+    fn: object
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    all_ranks: bool = False
+
+
+@dataclass
+class RunResult:
+    job: Job
+    values: dict = field(default_factory=dict)      # cell mode: names bound back into the namespace
+    problems: dict = field(default_factory=dict)    # names that could not come back, with why
+    results: list = field(default_factory=list)     # function mode: return value per rank (rank 0 only unless all)
+    stdout: list = field(default_factory=list)      # per rank, the full text
+
+
+class Launcher(Configurable):
+    rendezvous_address = Unicode(
+        "", help="Address ranks use to reach the kernel's rendezvous server. Empty: 127.0.0.1 when every engine runs "
+                 "on this host, else this host's resolved address."
+    ).tag(config=True)
+    network_interface = Unicode(
+        "", help="Network interface gloo uses between ranks. Empty: 'lo' when all ranks are local, else 'eth0'."
+    ).tag(config=True)
+    collective_timeout = Float(
+        120.0, help="Seconds a rank waits for its peers in rendezvous and collectives (HOROVOD_GLOO_TIMEOUT_SECONDS)."
+    ).tag(config=True)
+    stop_grace = Float(
+        5.0, help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
+                  "engines are killed and replaced."
+    ).tag(config=True)
+    poll_interval = Float(0.05, help="Seconds between polls for rank output and completion.").tag(config=True)
+
+    def __init__(self, cluster, registry=None, **kwargs):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.registry = registry or JobRegistry()
+        self._backend_checked = False
+
+    # -------------------------------------------------------------------------------------------------- run
+    def run(self, work, options: RunOptions, stdout=None, stderr=None) -> RunResult:
+        options.validate()
+        if not self._backend_checked:
+            backend.check_installed()
+            self._backend_checked = True
+        shipment = self._prepare(work)  # raises on bad input, before any engine is touched
+        n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
+        job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
+                                    options={k: v for k, v in vars(options).items() if k != "name"}))
+        job.transition("starting")
+        t0 = time.perf_counter()
+        try:
+            self.cluster.ensure(n)
+            ids = self._place(n)
+            job.engine_ids = ids
+            job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+            t_cluster = time.perf_counter()
+            self._ship(ids, shipment)
+            t_ship = time.perf_counter()
+            outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr)
+        except BaseException as exc:
+            job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
+            raise
+        job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
+                       "run_s": time.perf_counter() - t_ship, "ranks": [o.get("timings") for o in outcomes]}
+        result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars])
+        self._finish(job, status, outcomes, options)
+        if isinstance(work, CellWork):
+            result.values, result.problems = payload.unpack(outcomes[0].get("values", {}))
+        else:
+            picked = outcomes if work.all_ranks else outcomes[:1]
+            result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
+        return result
+
+    # -------------------------------------------------------------------------------------------- prepare
+    def _prepare(self, work):
+        """Serialise what must travel. Arrays are fingerprinted and serialised only if an engine lacks them."""
+        if isinstance(work, FunctionWork):
+            try:
+                fn_blob = _dumps_callable(work.fn)
+            except Exception as exc:
+                raise ShipError(getattr(work.fn, "__name__", "fn"), f"{type(exc).__name__}: {exc}") from None
+            return {"names_in": [], "names_out": [], "values": {}, "fn": fn_blob}
+        names = cellmod.analyse(work.code)  # SyntaxError surfaces here
+        values = {}
+        for name in cellmod.shippable_reads(names, work.namespace):
+            value = work.namespace[name]
+            fp = payload.fingerprint(value)
+            if fp is None:
+                try:
+                    values[name] = (None, payload.dumps(name, value, work.namespace))
+                except Exception as exc:
+                    raise ShipError(name, f"{type(exc).__name__}: {exc}") from None
+            else:
+                values[name] = (fp, value)
+        return {"names_in": sorted(values), "names_out": names.binds, "values": values}
+
+    def _place(self, n):
+        """Choose n engines, grouped by host so each host's ranks are contiguous (Horovod's local ranks)."""
+        ids = self.cluster.engine_ids()
+        infos = self.cluster.describe(ids)
+        order = {}
+        for info in infos:
+            order.setdefault(info["hostname"], len(order))
+        ranked = sorted(zip(ids, infos), key=lambda pair: order[pair[1]["hostname"]])
+        return [eid for eid, _ in ranked[:n]]
+
+    def _ship(self, ids, shipment):
+        from .runtime import rank as rank_mod
+
+        values = shipment["values"]
+        if not values:
+            return
+        client = self.cluster.client
+        manifests = client.direct_view(ids).apply_sync(rank_mod.manifest)
+        needs = {}
+        for eid, have in zip(ids, manifests):
+            missing = tuple(sorted(name for name, (fp, _) in values.items() if fp is None or have.get(name) != fp))
+            needs.setdefault(missing, []).append(eid)
+        blobs = {}
+        for missing, targets in needs.items():
+            if not missing:
+                continue
+            for name in missing:
+                if name not in blobs:
+                    fp, value = values[name]
+                    blobs[name] = value if fp is None else payload.dumps(name, value)
+            fps = {name: values[name][0] for name in missing}
+            client.direct_view(targets).apply_sync(rank_mod.receive, {m: blobs[m] for m in missing}, fps)
+
+    # -------------------------------------------------------------------------------------------- execute
+    def _execute(self, job, ids, work, shipment, options, stdout, stderr):
+        from .runtime import rank as rank_mod
+
+        all_local = self.cluster.all_local(ids)
+        address = self.rendezvous_address or ("127.0.0.1" if all_local else _this_host_address())
+        interface = self.network_interface or ("lo" if all_local else "eth0")
+        rendezvous = backend.Rendezvous(job.hosts, address, interface, self.collective_timeout)
+        client = self.cluster.client
+        base = {"size": len(ids), "names_in": shipment["names_in"], "names_out": shipment["names_out"],
+                "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name}
+        if isinstance(work, CellWork):
+            base.update(mode="cell", code=work.code)
+        else:
+            base.update(mode="fn", fn=shipment["fn"], args=work.args, kwargs=work.kwargs, all_ranks=work.all_ranks)
+        try:
+            ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": rendezvous.environments[r]})
+                   for r, eid in enumerate(ids)]
+            job.transition("running")
+            relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr)
+            outcomes, status = self._monitor(ids, ars, relay, options)
+        finally:
+            rendezvous.stop()
+        return outcomes, ars, status
+
+    def _monitor(self, ids, ars, relay, options):
+        """Wait for every rank, relaying output. Returns (outcome per rank, status)."""
+        outcomes = [None] * len(ars)
+        failed_order = []  # ranks in the order their failure was observed
+        stop_requested_at = None
+        status = "ok"
+        deadline = time.monotonic() + options.timeout if options.timeout else None
+        try:
+            while True:
+                for r, ar in enumerate(ars):
+                    if outcomes[r] is None and ar.ready():
+                        outcomes[r] = _outcome_of(r, ar)
+                        if not outcomes[r]["ok"]:
+                            failed_order.append(r)
+                relay.pump()
+                pending = [r for r, o in enumerate(outcomes) if o is None]
+                if not pending:
+                    break
+                now = time.monotonic()
+                if failed_order and stop_requested_at is None:
+                    stop_requested_at = now  # Horovod's shutdown should release the others; give it a moment
+                if deadline is not None and now > deadline and stop_requested_at is None:
+                    status = "timeout"
+                    stop_requested_at = now
+                    self._interrupt([ids[r] for r in pending])
+                if stop_requested_at is not None and now - stop_requested_at > self.stop_grace:
+                    self._kill(ids, pending, outcomes)
+                    break
+                ars[pending[0]].wait(self.poll_interval)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            pending = [r for r, o in enumerate(outcomes) if o is None]
+            self._interrupt([ids[r] for r in pending])
+            end = time.monotonic() + self.stop_grace
+            while pending and time.monotonic() < end:
+                time.sleep(self.poll_interval)
+                for r in list(pending):
+                    if ars[r].ready():
+                        outcomes[r] = _outcome_of(r, ars[r])
+                        pending.remove(r)
+            self._kill(ids, pending, outcomes)
+        finally:
+            relay.pump(final=True)
+        if status == "ok" and failed_order:
+            status = "failed"
+        return outcomes, (status, failed_order)
+
+    def _interrupt(self, engine_ids):
+        if engine_ids:
+            self.cluster.client.send_signal(signal.SIGINT, targets=engine_ids, block=False)
+
+    def _kill(self, ids, pending, outcomes):
+        for r in pending:
+            outcomes[r] = {"rank": r, "ok": False, "induced": True, "ename": "Killed",
+                           "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced",
+                           "traceback": ""}
+        self.cluster.kill_and_replace([ids[r] for r in pending])
+
+    # --------------------------------------------------------------------------------------------- finish
+    def _finish(self, job, status, outcomes, options):
+        status, failed_order = status
+        if status == "interrupted":
+            job.transition("cancelled", error="interrupted")
+            print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
+            raise KeyboardInterrupt
+        if status == "timeout":
+            job.transition("failed", error="timeout")
+            raise JobTimeout(f"job {job.name!r} ran past --timeout {options.timeout:g}s and was stopped; "
+                             f"raise --timeout or make the cell shorter")
+        if status == "failed":
+            root = next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
+            first = outcomes[root]
+            others = {r: f"{o['ename']}: {o['evalue']}".strip().splitlines()[0]
+                      for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
+            others.update({r: "finished normally" for r, o in enumerate(outcomes) if o and o["ok"]})
+            job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
+            raise RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others, job.name)
+        job.transition("succeeded")
+
+
+def _outcome_of(rank, ar):
+    """The rank's structured outcome; an engine that died or a failure outside our wrapper becomes one too."""
+    try:
+        return ar.get()
+    except Exception as exc:  # EngineError (engine died), RemoteError (failed before our wrapper ran)
+        render = getattr(exc, "render_traceback", None)
+        tb = "\n".join(render()) if callable(render) else str(exc)
+        return {"rank": rank, "ok": False, "induced": False, "ename": getattr(exc, "ename", type(exc).__name__),
+                "evalue": getattr(exc, "evalue", str(exc)), "traceback": tb}
+
+
+def _dumps_callable(fn):
+    """Pickle a function by value unless it lives in an installed package the engines can import too.
+
+    Test modules and scripts are usually not importable on the engines, so reference pickling would fail there.
+    """
+    import sysconfig
+
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    path = getattr(module, "__file__", "") or ""
+    installed = any(path.startswith(sysconfig.get_paths()[key]) for key in ("purelib", "platlib", "stdlib"))
+    if module is not None and module.__name__ != "__main__" and not installed:
+        payload.cloudpickle.register_pickle_by_value(module)
+        try:
+            return payload.cloudpickle.dumps(fn)
+        finally:
+            payload.cloudpickle.unregister_pickle_by_value(module)
+    return payload.cloudpickle.dumps(fn)
+
+
+def _this_host_address():
+    import socket
+
+    return socket.gethostbyname(socket.gethostname())

@@ -1,0 +1,69 @@
+"""Notebook magics: thin parsing over the API; every error is one line and starts nothing."""
+import shlex
+
+from IPython.core.error import UsageError as IPythonUsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from . import api
+from .errors import UsageError
+from .launcher import CellWork
+from .options import _Parser, _positive_int, parse_distribute_line
+
+
+def _cluster_parser():
+    p = _Parser(prog="%dl_cluster", add_help=False)
+    sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    start = sub.add_parser("start", add_help=False)
+    start.add_argument("-n", type=_positive_int, default=None)
+    start.add_argument("--gpus", default="all")
+    connect = sub.add_parser("connect", add_help=False)
+    connect.add_argument("--profile", default=None)
+    connect.add_argument("--cluster-id", dest="cluster_id", default=None)
+    sub.add_parser("status", add_help=False)
+    sub.add_parser("stop", add_help=False)
+    return p
+
+
+def format_status(status: dict) -> str:
+    if not status.get("running"):
+        return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
+    kind = "started here" if status["owned"] else "connected"
+    gpus = f", GPUs {status['gpus']}" if status["gpus"] else ", no GPUs (CPU ranks)"
+    return (f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
+            f"{status['engines']} engines on {', '.join(status['hosts']) or '-'}{gpus}")
+
+
+@magics_class
+class DistributeMagics(Magics):
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.session = api.session(parent=shell)
+
+    @line_magic
+    def dl_cluster(self, line):
+        """%dl_cluster start [-n N] [--gpus all|0,1] | connect [--profile P | --cluster-id ID] | status | stop"""
+        try:
+            args = _cluster_parser().parse_args(shlex.split(line))
+            cluster = self.session.cluster
+            if args.action == "start":
+                print(format_status(cluster.start(args.n, args.gpus)))
+            elif args.action == "connect":
+                print(format_status(cluster.connect(args.profile, args.cluster_id)))
+            elif args.action == "status":
+                print(format_status(cluster.status()))
+            else:
+                cluster.stop()
+                print("cluster stopped")
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+
+    @cell_magic
+    def distribute(self, line, cell):
+        """%%distribute [-n N] [--name NAME] [--timeout SEC] [--output rank0|all] [--lr-scale linear|sqrt|none]
+        [--manual] -- run an unchanged Keras cell as an N-rank Horovod job."""
+        try:
+            options = parse_distribute_line(line)
+            result = self.session.launcher.run(CellWork(cell, self.shell.user_ns), options)
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+        api.bind_results(result, self.shell.user_ns)

@@ -1,0 +1,87 @@
+"""Options of one distributed run, validated in one place for the magic and the Python API alike."""
+import argparse
+import shlex
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+BACKENDS = ("horovod",)
+LR_SCALES = ("linear", "sqrt", "none")
+OUTPUTS = ("rank0", "all")
+
+
+@dataclass
+class RunOptions:
+    n: int | None = None
+    name: str | None = None
+    backend: str = "horovod"
+    timeout: float | None = None
+    output: str = "rank0"
+    lr_scale: str = "linear"
+    manual: bool = False
+
+    def validate(self):
+        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
+            raise UsageError(f"-n must be a positive number of ranks (got {self.n!r})")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+        if self.lr_scale not in LR_SCALES:
+            raise UsageError(f"--lr-scale must be one of {', '.join(LR_SCALES)} (got {self.lr_scale!r})")
+        if self.output not in OUTPUTS:
+            raise UsageError(f"--output must be one of {', '.join(OUTPUTS)} (got {self.output!r})")
+        if self.timeout is not None and not self.timeout > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
+        return self
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises one-line UsageErrors instead of printing and exiting."""
+
+    def error(self, message):
+        usage = " ".join(self.format_usage().split()[1:])  # argparse wraps usage; a usage error stays one line
+        raise UsageError(f"{self.prog}: {message}. Usage: {usage}")
+
+    def exit(self, status=0, message=None):
+        self.error(message or "invalid arguments")
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of ranks, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def distribute_parser():
+    p = _Parser(prog="%%distribute", add_help=False)
+    p.add_argument("-n", type=_positive_int, default=None, help="number of ranks (default: all engines)")
+    p.add_argument("--name", default=None, help="job name")
+    p.add_argument("--backend", choices=BACKENDS, default="horovod")
+    p.add_argument("--timeout", type=_seconds, default=None, help="stop the job after this many seconds")
+    p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
+    p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
+    p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")
+    return p
+
+
+def parse_distribute_line(line: str) -> RunOptions:
+    """Parse a %%distribute line. Errors are one line (plus usage) and nothing has been started."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"%%distribute: {exc}") from None
+    ns = distribute_parser().parse_args(argv)
+    return RunOptions(**vars(ns)).validate()

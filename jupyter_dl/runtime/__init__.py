@@ -1,0 +1,1 @@
+"""Engine-side code: runs inside ipyparallel engines, never in the kernel."""

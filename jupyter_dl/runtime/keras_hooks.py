@@ -1,0 +1,125 @@
+"""Zero-code-change mode, engine side: make an unchanged single-GPU Keras cell train data-parallel.
+
+While a cell runs, `Model.compile` and `Model.fit` are patched on the class:
+- compile: the optimizer averages gradients across ranks before applying them; its learning rate is scaled by the
+  number of ranks (the global batch grows with them); XLA is off because Horovod's ops are not XLA ops.
+- fit: in-memory arrays and tf.data datasets are sharded by rank to equal sizes (a rank with one batch more would
+  wait forever in the last allreduce); rank 0's initial variables are broadcast; epoch metrics are averaged across
+  ranks before History and the progress bar see them; only rank 0 prints and writes checkpoints.
+Everything is restored when the cell ends, including the optimizer's class and learning rate, so the model that
+comes back to the notebook is an ordinary Keras model.
+"""
+import math
+
+from ..backends import horovod as backend
+
+_SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
+_ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
+
+
+def lr_scale_factor(mode: str, size: int) -> float:
+    return _SCALE_FACTORS[mode](size)
+
+
+class KerasHooks:
+    """Patch Keras for the duration of one cell on one rank; use as a context manager."""
+
+    def __init__(self, rank: int, size: int, lr_scale: str = "linear"):
+        self.rank = rank
+        self.size = size
+        self.lr_scale = lr_scale
+        self._wrapped_optimizers = []  # (optimizer, original class, original learning rate)
+
+    def __enter__(self):
+        import keras
+
+        self._keras = keras
+        self._orig_compile = keras.Model.compile
+        self._orig_fit = keras.Model.fit
+        hooks = self
+
+        def compile(model, optimizer="rmsprop", *args, **kwargs):
+            kwargs["jit_compile"] = False
+            return hooks._orig_compile(model, hooks._distributed_optimizer(optimizer), *args, **kwargs)
+
+        def fit(model, x=None, y=None, *args, **kwargs):
+            return hooks._fit(model, x, y, args, kwargs)
+
+        keras.Model.compile = compile
+        keras.Model.fit = fit
+        return self
+
+    def __exit__(self, *exc):
+        self._keras.Model.compile = self._orig_compile
+        self._keras.Model.fit = self._orig_fit
+        for optimizer, cls, lr in self._wrapped_optimizers:
+            optimizer.__class__ = cls
+            if lr is not None:
+                optimizer.learning_rate = lr
+        self._wrapped_optimizers.clear()
+        return False
+
+    # ---------------------------------------------------------------------------------------------- compile
+    def _distributed_optimizer(self, optimizer):
+        optimizer = self._keras.optimizers.get(optimizer)
+        if getattr(optimizer, "_jdl_distributed", False):
+            return optimizer
+        original_class = optimizer.__class__
+        original_lr = None
+        factor = lr_scale_factor(self.lr_scale, self.size)
+        if factor != 1.0:
+            if isinstance(optimizer._learning_rate, self._keras.optimizers.schedules.LearningRateSchedule):
+                print(f"[jupyter-dl] learning-rate schedule left unscaled on {self.size} ranks; "
+                      f"scale it yourself or pass --lr-scale none to silence this")
+            else:
+                original_lr = float(optimizer.learning_rate.numpy())
+                optimizer.learning_rate = original_lr * factor
+
+        def apply(opt, grads, trainable_variables=None):
+            return original_class.apply(opt, backend.average_gradients(list(grads)), trainable_variables)
+
+        # A subclass swapped in place keeps the user's optimizer object, its config and its state.
+        optimizer.__class__ = type(original_class.__name__, (original_class,),
+                                   {"apply": apply, "_jdl_distributed": True})
+        self._wrapped_optimizers.append((optimizer, original_class, original_lr))
+        return optimizer
+
+    # -------------------------------------------------------------------------------------------------- fit
+    def _fit(self, model, x, y, args, kwargs):
+        from .sharding import shard_fit_inputs
+
+        x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
+        callbacks = list(kwargs.get("callbacks") or [])
+        if self.rank != 0:
+            callbacks = [cb for cb in callbacks if type(cb).__name__ not in _ROOT_ONLY_CALLBACKS]
+            kwargs["verbose"] = 0
+        # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
+        kwargs["callbacks"] = [_make_sync_callback(self._keras, model)] + callbacks
+        return self._orig_fit(model, x, y, *args, **kwargs)
+
+
+def _make_sync_callback(keras, model):
+    class RankSync(keras.callbacks.Callback):
+        """Broadcast rank 0's variables when training starts; average epoch metrics across ranks."""
+
+        def __init__(self):
+            super().__init__()
+            self._optimizer_synced = False
+
+        def on_train_begin(self, logs=None):
+            if model.built:
+                backend.broadcast_from_root(model.variables)
+
+        def on_train_batch_end(self, batch, logs=None):
+            # Optimizer slots and lazily built layers exist only after the first step: bring them in line once.
+            if not self._optimizer_synced:
+                backend.broadcast_from_root(list(model.variables) + list(model.optimizer.variables))
+                self._optimizer_synced = True
+
+        def on_epoch_end(self, epoch, logs=None):
+            if logs:
+                keys = sorted(logs)
+                averaged = backend.average_scalars([float(logs[k]) for k in keys], name=f"jdl.epoch.{epoch}")
+                logs.update(zip(keys, averaged))
+
+    return RankSync()

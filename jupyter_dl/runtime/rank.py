@@ -1,0 +1,113 @@
+"""Engine side: what one rank does for one job. Called through ipyparallel `apply` from the kernel's launcher.
+
+The engine process persists across jobs; each job re-initialises Horovod, runs in a fresh namespace built from the
+values the kernel shipped, and returns a structured outcome instead of raising, so the kernel can tell the first
+failing rank from the peers that only failed because it left.
+"""
+import builtins
+import contextlib
+import linecache
+import socket
+import sys
+import time
+import traceback
+
+from .. import payload
+from ..backends import horovod as backend
+
+# Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
+_SHIPPED = {}
+
+
+def describe():
+    """Who this engine is: used to place ranks on hosts."""
+    import os
+
+    return {"hostname": socket.gethostname(), "pid": os.getpid()}
+
+
+def manifest():
+    """Fingerprints of the values this engine already holds."""
+    return {name: fp for name, (fp, _) in _SHIPPED.items()}
+
+
+def receive(blobs: dict, fingerprints: dict):
+    """Store shipped values. Raises naming the variable when one cannot be rebuilt here."""
+    for name, blob in blobs.items():
+        try:
+            value = payload.cloudpickle.loads(blob)
+        except Exception as exc:
+            raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: "
+                               f"{type(exc).__name__}: {exc}") from None
+        _SHIPPED[name] = (fingerprints.get(name), value)
+    return len(blobs)
+
+
+def _is_induced(exc) -> bool:
+    """True when this rank failed only because a peer left the job (Horovod shut everyone down)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "HorovodInternalError" in text or "Horovod has been shut down" in text or (
+        "gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
+
+
+def run(spec: dict) -> dict:
+    """Run one rank of a job. spec: env, rank, names_in, names_out, mode ('cell'|'fn'), code|fn, options."""
+    timings = {}
+    t0 = time.perf_counter()
+    rank = spec["rank"]
+    outcome = dict(rank=rank, ok=True, hostname=socket.gethostname())
+    try:
+        backend.init(spec["env"])
+        timings["init_s"] = time.perf_counter() - t0
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
+        hooks = None
+        if not spec.get("manual"):
+            from .keras_hooks import KerasHooks
+
+            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"))
+        t1 = time.perf_counter()
+        with hooks if hooks is not None else contextlib.nullcontext():
+            if spec["mode"] == "cell":
+                filename = f"<distribute-cell {spec.get('job_name', '')}>"
+                linecache.cache[filename] = (len(spec["code"]), None, spec["code"].splitlines(True), filename)
+                exec(compile(spec["code"], filename, "exec"), namespace)
+                result = None
+            else:
+                fn = payload.cloudpickle.loads(spec["fn"])
+                result = fn(*spec.get("args", ()), **spec.get("kwargs", {}))
+        timings["run_s"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        if spec["mode"] == "fn":
+            outcome["result"] = payload.cloudpickle.dumps(result) if (rank == 0 or spec.get("all_ranks")) else None
+        elif rank == 0:
+            # Names the cell bound, plus Keras models it trained in place (they changed even though not rebound).
+            names = list(spec["names_out"]) + [n for n in spec["names_in"]
+                                               if n not in spec["names_out"] and payload.is_keras_model(namespace[n])]
+            outcome["values"] = payload.pack(names, namespace)
+        timings["pack_s"] = time.perf_counter() - t2
+    except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
+        outcome.update(ok=False, ename=type(exc).__name__, evalue=str(exc), induced=_is_induced(exc),
+                       traceback=_user_traceback(exc))
+    finally:
+        # Leaving tells the peers: if we failed, they stop waiting on us in their next collective.
+        try:
+            backend.shutdown()
+        except Exception:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+    timings["total_s"] = time.perf_counter() - t0
+    outcome["timings"] = timings
+    return outcome
+
+
+def _user_traceback(exc) -> str:
+    """The traceback from the user's code down, without our own frames on top."""
+    tb = exc.__traceback__
+    frames = traceback.extract_tb(tb)
+    start = next((i for i, f in enumerate(frames) if f.filename.startswith("<distribute-cell")), 0)
+    while start > 0 and tb is not None:
+        tb = tb.tb_next
+        start -= 1
+    return "".join(traceback.format_exception(type(exc), exc, tb))
