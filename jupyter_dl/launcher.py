@@ -85,14 +85,14 @@ class Launcher(Configurable):
             job.engine_ids = ids
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
             t_cluster = time.perf_counter()
-            self._ship(ids, shipment)
+            shipped = self._ship(ids, shipment)
             t_ship = time.perf_counter()
             outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
         job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
-                       "run_s": time.perf_counter() - t_ship, "ranks": [o.get("timings") for o in outcomes]}
+                       "run_s": time.perf_counter() - t_ship, "shipped": shipped, "ranks": [o.get("timings") for o in outcomes]}
         result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars])
         self._finish(job, status, outcomes, options)
         if isinstance(work, CellWork):
@@ -136,11 +136,12 @@ class Launcher(Configurable):
         return [eid for eid, _ in ranked[:n]]
 
     def _ship(self, ids, shipment):
+        """Send each engine the values it lacks; returns the names that travelled."""
         from .runtime import rank as rank_mod
 
         values = shipment["values"]
         if not values:
-            return
+            return []
         client = self.cluster.client
         manifests = client.direct_view(ids).apply_sync(rank_mod.manifest)
         needs = {}
@@ -157,6 +158,7 @@ class Launcher(Configurable):
                     blobs[name] = value if fp is None else payload.dumps(name, value)
             fps = {name: values[name][0] for name in missing}
             client.direct_view(targets).apply_sync(rank_mod.receive, {m: blobs[m] for m in missing}, fps)
+        return sorted(blobs)
 
     # -------------------------------------------------------------------------------------------- execute
     def _execute(self, job, ids, work, shipment, options, stdout, stderr):

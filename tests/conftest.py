@@ -1,0 +1,46 @@
+"""Shared fixtures. Everything here is real: a local ipyparallel cluster with 2 engines, Horovod over gloo."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def dl_session():
+    """The process-wide jupyter-dl session with a real 2-engine local cluster, stopped at the end."""
+    from jupyter_dl import api
+
+    session = api.session()
+    if session.cluster.client is None:
+        session.cluster.start(n=2)
+    yield session
+    session.cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """sklearn's digits: a real dataset that needs no download. Fixed split."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = (data.data / 16.0).astype("float32")
+    y = data.target.astype("int64")
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(x))
+    x, y = x[order], y[order]
+    return {"x_train": x[:1400], "y_train": y[:1400], "x_test": x[1400:], "y_test": y[1400:]}
+
+
+@pytest.fixture
+def shell(dl_session):
+    """A real IPython shell with the extension loaded (magics run through IPython's own machinery)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_cell("%load_ext jupyter_dl", store_history=False)
+    yield ip
+    for name in [n for n in ip.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit",
+                                                                              "get_ipython")]:
+        ip.user_ns.pop(name, None)

@@ -1,0 +1,35 @@
+"""What a cell reads and binds decides what travels; pure functions, no engines needed."""
+import pytest
+
+from jupyter_dl.cell import analyse, shippable_reads
+
+
+def test_reads_and_binds():
+    code = (
+        "import keras\n"
+        "from numpy import mean as m\n"
+        "model = build(width)\n"
+        "history = model.fit(x_train, y_train)\n"
+        "def helper(a):\n    local = a + offset\n    return local\n"
+        "total += 1\n"
+        "squares = [i * i for i in range(n)]\n"
+    )
+    names = analyse(code)
+    assert names.binds == ["keras", "m", "model", "history", "helper", "total", "squares"]
+    assert {"build", "width", "x_train", "y_train", "offset", "total", "n", "model"} <= names.reads
+    assert "local" not in names.binds and "i" not in names.binds and "a" not in names.binds
+
+
+def test_shippable_reads_skips_builtins_and_unknown_names():
+    names = analyse("y = len(x) + missing")
+    assert shippable_reads(names, {"x": [1], "len": len, "unrelated": 3}) == ["x"]
+
+
+def test_syntax_error_is_raised_before_anything():
+    with pytest.raises(SyntaxError):
+        analyse("def broken(:\n    pass")
+
+
+def test_ipython_internals_never_travel():
+    names = analyse("a = In[1] + _ + Out[2]")
+    assert names.reads.isdisjoint({"In", "Out", "_"})

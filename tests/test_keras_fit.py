@@ -1,0 +1,110 @@
+"""Zero-code-change mode: an unchanged Keras training function, data-parallel on 2 real Horovod ranks."""
+import numpy as np
+import pytest
+
+import jupyter_dl
+
+EPOCHS = 12
+ACCURACY_TOLERANCE = 0.03  # distributed vs single-process test accuracy on digits, absolute
+
+
+def _train(x_train, y_train, x_test, y_test, epochs=EPOCHS, seed=0):
+    """An ordinary single-GPU Keras script: nothing in it knows about Horovod."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((64,)),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    history = model.fit(x_train, y_train, batch_size=32, epochs=epochs, verbose=0)
+    _, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    return {"weights": model.get_weights(), "accuracy": float(accuracy), "history": history.history}
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(dl_session, digits):
+    return jupyter_dl.distribute(_train, n=2, kwargs=digits, all_ranks=True)
+
+
+def test_fit_leaves_identical_weights_on_both_ranks(two_rank_run):
+    rank0, rank1 = two_rank_run
+    assert len(rank0["weights"]) == 4
+    for w0, w1 in zip(rank0["weights"], rank1["weights"]):
+        np.testing.assert_array_equal(w0, w1)
+
+
+def test_fit_reaches_single_process_accuracy(two_rank_run, digits):
+    single = _train(**digits)
+    distributed = two_rank_run[0]["accuracy"]
+    print(f"single-process accuracy {single['accuracy']:.4f}, 2-rank accuracy {distributed:.4f}")
+    assert single["accuracy"] > 0.9
+    assert abs(distributed - single["accuracy"]) <= ACCURACY_TOLERANCE
+
+
+def test_epoch_metrics_are_averaged_across_ranks(two_rank_run):
+    rank0, rank1 = two_rank_run
+    # Each rank trained on its own shard; the callback averages epoch logs, so both Histories agree exactly.
+    assert rank0["history"] == rank1["history"]
+    assert len(rank0["history"]["loss"]) == EPOCHS
+
+
+def _learning_rate_seen_by_fit():
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(float(self.model.optimizer.learning_rate.numpy()))
+
+    model.fit(np.zeros((8, 2)), np.zeros((8, 1)), epochs=1, verbose=0, callbacks=[Probe()])
+    return seen[0]
+
+
+@pytest.mark.parametrize("mode, factor", [("linear", 2.0), ("sqrt", 2 ** 0.5), ("none", 1.0)])
+def test_learning_rate_scaling(dl_session, mode, factor):
+    assert jupyter_dl.distribute(_learning_rate_seen_by_fit, n=2, lr_scale=mode) == pytest.approx(0.1 * factor)
+
+
+def _manual_cell():
+    import horovod.tensorflow as hvd
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    total = hvd.allreduce(np.array([1.0]), op=hvd.Sum).numpy().tolist()
+    return {"initialised": hvd.is_initialized(), "size": hvd.size(), "total": total,
+            "optimizer_class": type(model.optimizer).__name__,
+            "wrapped": getattr(model.optimizer, "_jdl_distributed", False)}
+
+
+def test_manual_mode_leaves_keras_alone_but_initialises_horovod(dl_session):
+    out = jupyter_dl.distribute(_manual_cell, n=2, manual=True)
+    assert out["initialised"] and out["size"] == 2 and out["total"] == [2.0]
+    assert out["optimizer_class"] == "SGD" and out["wrapped"] is False
+
+
+def test_tf_data_dataset_is_sharded(dl_session, digits):
+    def fit_dataset(x_train, y_train, **_):
+        import keras
+        import tensorflow as tf
+
+        ds = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(32)  # 44 batches -> 22 per rank
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        steps = []
+
+        class Count(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                steps.append(batch)
+
+        model.fit(ds, epochs=1, verbose=0, callbacks=[Count()])
+        return len(steps)
+
+    assert jupyter_dl.distribute(fit_dataset, n=2, kwargs=digits, all_ranks=True) == [22, 22]
