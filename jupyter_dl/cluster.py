@@ -6,6 +6,7 @@ SSH, via profiles and cluster files) is usable unchanged. The embedded default i
 import os
 import signal
 import socket
+import sys
 import time
 
 from traitlets import Dict, Float, Integer, Unicode
@@ -63,7 +64,7 @@ class ClusterManager(Configurable):
         try:
             self._start_engines(n, devices)
             self.client = cluster.connect_client_sync()
-            self.client.wait_for_engines(n, timeout=self.start_timeout)
+            self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
         except BaseException:
             self.stop()
             raise
@@ -117,7 +118,10 @@ class ClusterManager(Configurable):
     def ensure(self, n):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""
         if self.client is None:
-            self.start(n=max(n, self.default_size()) if not gpus.discover() else None)
+            status = self.start(n=max(n, self.default_size()))
+            print(f"[jupyter-dl] started a local cluster: {status['engines']} engines "
+                  f"({'GPUs ' + str(status['gpus']) if status['gpus'] else 'CPU'}); %dl_cluster stop ends it",
+                  file=sys.stderr)
         have = len(self.engine_ids())
         if have < n:
             if not self.owned:
