@@ -154,6 +154,10 @@ def main():
         return worker(args.worker, args.warm_runs)
 
     t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    if load_before[0] > 0.5:
+        print(f"note: 1-minute load average is {load_before[0]:.2f} before starting; other work on this machine "
+              "skews these timings", flush=True)
     with tempfile.TemporaryDirectory(prefix="jdl-bench-") as tmp:
         workdir = Path(tmp)
         a_runs, workers = [], []
@@ -195,6 +199,8 @@ def main():
           f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
           f"run {med(r['run_s'] for r in warm):.2f} s")
     print(f"final training accuracy over all runs: {min(accuracies):.3f} .. {max(accuracies):.3f}")
+    load_after = os.getloadavg()
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")
 
     versions = {}
     for dist in ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"):
@@ -208,7 +214,7 @@ def main():
         "b_over_a": b / a, "c_over_a": c / a, "target_c_over_a": TARGET, "target_met": c / a <= TARGET,
         "runs": {"a": a_runs, "workers": workers},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    **versions},
+                    "loadavg_before": load_before, "loadavg_after": load_after, **versions},
         "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }, indent=2))
     print(f"wrote {RESULTS.relative_to(HERE.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")

@@ -100,6 +100,19 @@ class ClusterManager(Configurable):
         self.cluster, self.client, self.owned = cluster, client, False
         return self.status()
 
+    def connect_file(self, cluster_file):
+        """Use the cluster described by an ipyparallel cluster file (what `Cluster.from_file` reads)."""
+        import ipyparallel as ipp
+
+        if self.client is not None:
+            raise UsageError("a cluster is already in use; run %dl_cluster stop first")
+        try:
+            cluster = ipp.Cluster.from_file(cluster_file)
+        except OSError as exc:
+            raise UsageError(f"cannot read cluster file {cluster_file} ({exc})") from None
+        self.cluster, self.client, self.owned = cluster, cluster.connect_client_sync(), False
+        return self.status()
+
     def stop(self):
         client, cluster, owned = self.client, self.cluster, self.owned
         self.client = self.cluster = None

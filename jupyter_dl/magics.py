@@ -19,6 +19,7 @@ def _cluster_parser():
     connect = sub.add_parser("connect", add_help=False)
     connect.add_argument("--profile", default=None)
     connect.add_argument("--cluster-id", dest="cluster_id", default=None)
+    connect.add_argument("--cluster-file", dest="cluster_file", default=None)
     sub.add_parser("status", add_help=False)
     sub.add_parser("stop", add_help=False)
     return p
@@ -41,12 +42,14 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_cluster(self, line):
-        """%dl_cluster start [-n N] [--gpus all|0,1] | connect [--profile P | --cluster-id ID] | status | stop"""
+        """%dl_cluster start [-n N] [--gpus all|0,1] | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
         try:
             args = _cluster_parser().parse_args(shlex.split(line))
             cluster = self.session.cluster
             if args.action == "start":
                 print(format_status(cluster.start(args.n, args.gpus)))
+            elif args.action == "connect" and args.cluster_file:
+                print(format_status(cluster.connect_file(args.cluster_file)))
             elif args.action == "connect":
                 print(format_status(cluster.connect(args.profile, args.cluster_id)))
             elif args.action == "status":
