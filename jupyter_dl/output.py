@@ -1,9 +1,12 @@
 """Kernel side: relay ranks' stdout/stderr into the cell while the job runs.
 
-ipyparallel's client thread accumulates each engine's streams in its AsyncResult as they arrive; we forward only
-the new part on each poll. With several ranks shown, whole lines get a `[rank N] ` prefix (a partial line waits for
-its end, so two ranks never interleave inside a line).
+ipyparallel's client thread accumulates each engine's streams in its AsyncResult as they arrive, and collapses a
+line rewritten with a carriage return (progress bars) to its newest version. Only the last, unfinished line can
+change that way, so finished lines are forwarded once, and a rewritten last line is re-sent after a `\\r`.
+With several ranks shown, whole lines get a `[rank N] ` prefix (a partial line waits for its end, so two ranks
+never interleave inside a line).
 """
+import os
 import sys
 
 
@@ -12,36 +15,37 @@ class OutputRelay:
         self._results = results_by_rank
         self._ranks = [0] if show == "rank0" else sorted(results_by_rank)
         self._prefix = show != "rank0"
-        self._out = stdout or sys.stdout
-        self._err = stderr or sys.stderr
-        self._sent = {(r, s): 0 for r in self._ranks for s in ("stdout", "stderr")}
-        self._partial = {(r, s): "" for r in self._ranks for s in ("stdout", "stderr")}
+        self._sinks = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._seen = {(r, s): "" for r in self._ranks for s in self._sinks}   # text as of the last pump
+        self._lines_done = {key: 0 for key in self._seen}                     # prefix mode: chars of whole lines sent
 
     def pump(self, final=False):
         """Forward what arrived since the last call. final=True also flushes unfinished lines."""
         for rank in self._ranks:
-            result = self._results[rank]
-            for stream, sink in (("stdout", self._out), ("stderr", self._err)):
-                text = getattr(result, stream) or ""
+            for stream, sink in self._sinks.items():
                 key = (rank, stream)
-                new = text[self._sent[key]:]
-                self._sent[key] = len(text)
-                if not self._prefix:
-                    if new:
-                        sink.write(new)
-                        sink.flush()
-                    continue
-                buffered = self._partial[key] + new
-                if final:
-                    lines, rest = buffered.splitlines(), ""
-                else:
-                    *lines, rest = buffered.split("\n")
-                self._partial[key] = rest
-                if lines:
-                    tag = f"[rank {rank}] "
-                    # A carriage return (progress bars) rewrites the line: keep the tag on the rewritten part too.
-                    sink.write("".join(tag + line.replace("\r", "\r" + tag) + "\n" for line in lines))
+                text = getattr(self._results[rank], stream) or ""
+                chunk = self._tagged(rank, key, text, final) if self._prefix else self._delta(key, text)
+                self._seen[key] = text
+                if chunk:
+                    sink.write(chunk)
                     sink.flush()
 
-    def text(self, rank, stream="stdout"):
-        return getattr(self._results[rank], stream) or ""
+    def _delta(self, key, text):
+        before = self._seen[key]
+        if text.startswith(before):
+            return text[len(before):]
+        # The unfinished last line was rewritten: return to its start and send its new version.
+        common = len(os.path.commonprefix([before, text]))
+        line_start = before.rfind("\n", 0, common) + 1
+        return "\r" + text[line_start:]
+
+    def _tagged(self, rank, key, text, final):
+        end = len(text) if final else text.rfind("\n") + 1
+        start = self._lines_done[key]
+        if end <= start:
+            return ""
+        self._lines_done[key] = end
+        tag = f"[rank {rank}] "
+        # A carriage return rewrites the line on screen: keep the tag on the rewritten part too.
+        return "".join(tag + line.replace("\r", "\r" + tag) + "\n" for line in text[start:end].splitlines())

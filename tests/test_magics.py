@@ -36,6 +36,7 @@ def test_namespace_round_trip_arrays_in_model_and_history_out(shell, digits, cap
     out = capsys.readouterr().out
     assert "trained on 1400 samples" in out  # rank 0's stdout streamed into the cell (full array, pre-shard)
     assert "Epoch 3/3" in out
+    assert "20/20" in out  # Keras' live progress bar (rewritten with \r) arrives with its final step count
     model, history = shell.user_ns["model"], shell.user_ns["history"]
     assert isinstance(model, keras.Model)
     assert history.model is model
