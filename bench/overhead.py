@@ -178,7 +178,6 @@ def main():
     c = med(r["wall_s"] for r in warm)
     rerun = med(w["rerun"]["wall_s"] for w in workers)
     a_rank = med(max(r["total_s"] for r in run["ranks"]) for run in a_runs)
-    c_rank = med(max(r["rank_run_s"]) for r in warm)
     accuracies = ([r["accuracy"] for run in a_runs for r in run["ranks"]]
                   + [w["cold"]["accuracy"] for w in workers] + [r["accuracy"] for r in warm])
 
@@ -195,9 +194,11 @@ def main():
     print(f"{'b/a':36s} {b / a:8.2f}")
     print(f"{'c/a':36s} {c / a:8.2f}  target <= {TARGET}: {'MET' if c / a <= TARGET else 'NOT MET'}")
     print(f"\nwithin (a): slowest rank's own time (python start to fit end) {a_rank:.2f} s of {a:.2f} s")
-    print(f"within (c): slowest rank's cell time {c_rank:.2f} s of {c:.2f} s; median cluster "
-          f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
-          f"run {med(r['run_s'] for r in warm):.2f} s")
+    if all(r["rank_run_s"] and r["cluster_s"] is not None and r["ship_s"] is not None for r in warm):
+        c_rank = med(max(r["rank_run_s"]) for r in warm)
+        print(f"within (c): slowest rank's cell time {c_rank:.2f} s of {c:.2f} s; median cluster "
+              f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
+              f"run {med(r['run_s'] for r in warm):.2f} s")
     print(f"final training accuracy over all runs: {min(accuracies):.3f} .. {max(accuracies):.3f}")
     load_after = os.getloadavg()
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")

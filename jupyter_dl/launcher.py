@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from traitlets import Float, Unicode
+from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from . import cell as cellmod
@@ -17,6 +17,8 @@ from . import payload
 from .backends import horovod as backend
 from .errors import JobTimeout, RankError, ShipError
 from .jobs import Job, JobRegistry
+from .live.collector import MetricsCollector
+from .live.state import TrainingState
 from .options import RunOptions
 from .output import OutputRelay
 
@@ -42,6 +44,7 @@ class RunResult:
     problems: dict = field(default_factory=dict)    # names that could not come back, with why
     results: list = field(default_factory=list)     # function mode: return value per rank (rank 0 only unless all)
     stdout: list = field(default_factory=list)      # per rank, the full text
+    state: object = None                            # the TrainingState built from streamed metrics
 
 
 class Launcher(Configurable):
@@ -59,7 +62,10 @@ class Launcher(Configurable):
         5.0, help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
                   "engines are killed and replaced."
     ).tag(config=True)
-    poll_interval = Float(0.05, help="Seconds between polls for rank output and completion.").tag(config=True)
+    poll_interval = Float(0.05, help="Seconds between polls for rank output, metrics and completion."
+                          ).tag(config=True)
+    point_budget = Integer(2000, help="Most points per trace kept for the live figure (the full series goes to "
+                                      "the job's metrics.jsonl).").tag(config=True)
 
     def __init__(self, cluster, registry=None, **kwargs):
         super().__init__(**kwargs)
@@ -68,7 +74,9 @@ class Launcher(Configurable):
         self._backend_checked = False
 
     # -------------------------------------------------------------------------------------------------- run
-    def run(self, work, options: RunOptions, stdout=None, stderr=None) -> RunResult:
+    def run(self, work, options: RunOptions, stdout=None, stderr=None, observers=()) -> RunResult:
+        """Run the work on the cluster. Observers get started(job), update(state) while it runs, and
+        finished(job, state) at the end, whatever the outcome."""
         options.validate()
         if not self._backend_checked:
             backend.check_installed()
@@ -78,6 +86,7 @@ class Launcher(Configurable):
         job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
                                     options={k: v for k, v in vars(options).items() if k != "name"}))
         job.transition("starting")
+        state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
         try:
             self.cluster.ensure(n)
@@ -87,14 +96,22 @@ class Launcher(Configurable):
             t_cluster = time.perf_counter()
             shipped = self._ship(ids, shipment)
             t_ship = time.perf_counter()
-            outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr)
+            outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
+                                                  observers)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
         job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
                        "run_s": time.perf_counter() - t_ship, "shipped": shipped, "ranks": [o.get("timings") for o in outcomes]}
-        result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars])
-        self._finish(job, status, outcomes, options)
+        result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars], state=state)
+        if self.registry.store is not None:
+            self.registry.store.write_logs(job.id, dict(enumerate(result.stdout)))
+            self.registry.store.write_logs(job.id, {r: ar.stderr or "" for r, ar in enumerate(ars)}, "stderr")
+        try:
+            self._finish(job, status, outcomes, options)
+        finally:
+            for observer in observers:
+                observer.finished(job, state)
         if isinstance(work, CellWork):
             result.values, result.problems = payload.unpack(outcomes[0].get("values", {}))
         else:
@@ -161,7 +178,7 @@ class Launcher(Configurable):
         return sorted(blobs)
 
     # -------------------------------------------------------------------------------------------- execute
-    def _execute(self, job, ids, work, shipment, options, stdout, stderr):
+    def _execute(self, job, ids, work, shipment, options, stdout, stderr, state, observers):
         from .runtime import rank as rank_mod
 
         all_local = self.cluster.all_local(ids)
@@ -170,7 +187,8 @@ class Launcher(Configurable):
         rendezvous = backend.Rendezvous(job.hosts, address, interface, self.collective_timeout)
         client = self.cluster.client
         base = {"size": len(ids), "names_in": shipment["names_in"], "names_out": shipment["names_out"],
-                "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name}
+                "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name,
+                "stream_metrics": options.stream_metrics}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
@@ -179,13 +197,16 @@ class Launcher(Configurable):
             ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": rendezvous.environments[r]})
                    for r, eid in enumerate(ids)]
             job.transition("running")
+            for observer in observers:
+                observer.started(job)
             relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr)
-            outcomes, status = self._monitor(ids, ars, relay, options)
+            feed = _MetricsFeed(job, MetricsCollector(dict(enumerate(ars))), state, observers, self.registry.store)
+            outcomes, status = self._monitor(ids, ars, relay, feed, options)
         finally:
             rendezvous.stop()
         return outcomes, ars, status
 
-    def _monitor(self, ids, ars, relay, options):
+    def _monitor(self, ids, ars, relay, feed, options):
         """Wait for every rank, relaying output. Returns (outcome per rank, status)."""
         outcomes = [None] * len(ars)
         failed_order = []  # ranks in the order their failure was observed
@@ -200,6 +221,7 @@ class Launcher(Configurable):
                         if not outcomes[r]["ok"]:
                             failed_order.append(r)
                 relay.pump()
+                feed.pump()
                 pending = [r for r, o in enumerate(outcomes) if o is None]
                 if not pending:
                     break
@@ -227,7 +249,11 @@ class Launcher(Configurable):
                         pending.remove(r)
             self._kill(ids, pending, outcomes)
         finally:
+            for r, ar in enumerate(ars):
+                if outcomes[r] is not None and outcomes[r].get("ok"):
+                    ar.wait_for_output(timeout=2)  # metrics published just before the reply may trail it
             relay.pump(final=True)
+            feed.pump(final=True)
         if status == "ok" and failed_order:
             status = "failed"
         return outcomes, (status, failed_order)
@@ -263,6 +289,25 @@ class Launcher(Configurable):
             job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
             raise RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others, job.name)
         job.transition("succeeded")
+
+
+class _MetricsFeed:
+    """Moves published metrics from the ranks into the job's state, store and observers."""
+
+    def __init__(self, job, collector, state, observers, store):
+        self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
+
+    def pump(self, final=False):
+        records = self.collector.poll()
+        if records:
+            self.state.consume(records)
+            self.job.progress = self.state.progress()
+            if self.store is not None:
+                self.store.append_metrics(self.job.id, records)
+                self.store.save(self.job, progress_only=not final)
+        if records or final:
+            for observer in self.observers:
+                observer.update(self.state, force=final)
 
 
 def _outcome_of(rank, ar):

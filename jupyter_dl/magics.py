@@ -7,6 +7,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from . import api
 from .errors import UsageError
 from .launcher import CellWork
+from .live import summary as summary_mod
 from .options import _Parser, _positive_int, parse_distribute_line
 
 
@@ -63,10 +64,11 @@ class DistributeMagics(Magics):
     @cell_magic
     def distribute(self, line, cell):
         """%%distribute [-n N] [--name NAME] [--timeout SEC] [--output rank0|all] [--lr-scale linear|sqrt|none]
-        [--manual] -- run an unchanged Keras cell as an N-rank Horovod job."""
+        [--manual] [--no-plot] -- run an unchanged Keras cell as an N-rank Horovod job."""
         try:
             options = parse_distribute_line(line)
-            result = self.session.launcher.run(CellWork(cell, self.shell.user_ns), options)
+            result = self.session.run(CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell),
+                                      show_view=True)
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
         api.bind_results(result, self.shell.user_ns)

@@ -19,6 +19,8 @@ class RunOptions:
     output: str = "rank0"
     lr_scale: str = "linear"
     manual: bool = False
+    plot: bool = True             # the live figure and progress bar in the cell (--no-plot turns them off)
+    stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
 
     def validate(self):
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
@@ -74,6 +76,7 @@ def distribute_parser():
     p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="no live figure or progress bar")
     return p
 
 

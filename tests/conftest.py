@@ -1,7 +1,11 @@
 """Shared fixtures. Everything here is real: a local ipyparallel cluster with 2 engines, Horovod over gloo."""
 import os
 
+import tempfile
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The job store goes under the Jupyter data dir: keep the tests' jobs out of the user's.
+os.environ["JUPYTER_DATA_DIR"] = tempfile.mkdtemp(prefix="jdl-test-data-")
 
 import numpy as np
 import pytest

@@ -24,10 +24,11 @@ def lr_scale_factor(mode: str, size: int) -> float:
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
-    def __init__(self, rank: int, size: int, lr_scale: str = "linear"):
+    def __init__(self, rank: int, size: int, lr_scale: str = "linear", stream_metrics: bool = True):
         self.rank = rank
         self.size = size
         self.lr_scale = lr_scale
+        self.stream_metrics = stream_metrics
         self._wrapped_optimizers = []  # (optimizer, original class, original learning rate)
 
     def __enter__(self):
@@ -90,12 +91,31 @@ class KerasHooks:
 
         x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
         callbacks = list(kwargs.get("callbacks") or [])
+        extra = [_make_sync_callback(self._keras, model)]
+        if self.stream_metrics:
+            from .live import LiveMetrics
+
+            batch_size, samples = _samples_per_epoch(x, kwargs)
+            extra.append(LiveMetrics(self.rank, samples, batch_size))
         if self.rank != 0:
             callbacks = [cb for cb in callbacks if type(cb).__name__ not in _ROOT_ONLY_CALLBACKS]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
-        kwargs["callbacks"] = [_make_sync_callback(self._keras, model)] + callbacks
+        kwargs["callbacks"] = extra + callbacks
         return self._orig_fit(model, x, y, *args, **kwargs)
+
+
+def _samples_per_epoch(x, kwargs):
+    """(batch size, training samples per epoch on this rank) for in-memory inputs; (None, None) otherwise."""
+    from .sharding import _is_array_like, _length
+
+    if not _is_array_like(x):
+        return None, None
+    n = _length(x)
+    split = kwargs.get("validation_split") or 0.0
+    if split and kwargs.get("validation_data") is None:
+        n = int(math.ceil(n * (1.0 - split)))  # Keras keeps the first part for training
+    return kwargs.get("batch_size") or 32, n
 
 
 def _make_sync_callback(keras, model):

@@ -65,7 +65,7 @@ def run(spec: dict) -> dict:
         if not spec.get("manual"):
             from .keras_hooks import KerasHooks
 
-            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"))
+            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True))
         t1 = time.perf_counter()
         with hooks if hooks is not None else contextlib.nullcontext():
             if spec["mode"] == "cell":

@@ -1,0 +1,115 @@
+"""The job store: one directory per job with job.json, metrics.jsonl and per-rank logs, written as the job runs.
+
+Files, not a database: the kernel writes, the server (and anything else) reads, and both survive restarts.
+job.json is replaced atomically (write to a temp file, then rename) so a reader never sees half a record.
+"""
+import json
+import os
+import pathlib
+import tempfile
+import time
+
+from traitlets import Float, Integer, Unicode
+from traitlets.config import Configurable
+
+from .model import Job
+
+
+def _default_root():
+    from jupyter_core.paths import jupyter_data_dir
+
+    return str(pathlib.Path(jupyter_data_dir()) / "jupyter_dl" / "jobs")
+
+
+class JobStore(Configurable):
+    root = Unicode(help="Directory holding one sub-directory per job (default: <jupyter data dir>/jupyter_dl/jobs)."
+                   ).tag(config=True)
+    retention_days = Float(30.0, help="Finished jobs older than this many days are deleted when a job starts."
+                           ).tag(config=True)
+    max_jobs = Integer(1000, help="At most this many finished jobs are kept; the oldest go first.").tag(config=True)
+    save_interval = Float(1.0, help="Seconds between progress-only rewrites of job.json while a job runs."
+                          ).tag(config=True)
+
+    def _root_default(self):
+        return _default_root()
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._last_save = {}
+
+    def job_dir(self, job_id) -> pathlib.Path:
+        return pathlib.Path(self.root) / job_id
+
+    # ------------------------------------------------------------------------------------------------ write
+    def save(self, job: Job, progress_only=False):
+        """Write job.json atomically. Progress-only updates are rate-limited; state changes always land."""
+        now = time.monotonic()
+        if progress_only and now - self._last_save.get(job.id, 0.0) < self.save_interval:
+            return
+        self._last_save[job.id] = now
+        directory = self.job_dir(job.id)
+        directory.mkdir(parents=True, exist_ok=True)
+        _atomic_write(directory / "job.json", json.dumps(job.to_dict(), default=str))
+
+    def append_metrics(self, job_id, records):
+        if not records:
+            return
+        directory = self.job_dir(job_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, default=float) + "\n" for r in records))
+
+    def write_logs(self, job_id, texts_by_rank, stream="stdout"):
+        directory = self.job_dir(job_id) / "logs"
+        directory.mkdir(parents=True, exist_ok=True)
+        for rank, text in texts_by_rank.items():
+            _atomic_write(directory / f"rank{rank}.{stream}.log", text)
+
+    # ------------------------------------------------------------------------------------------------- read
+    def load(self, job_id) -> Job:
+        with open(self.job_dir(job_id) / "job.json", encoding="utf-8") as f:
+            return Job.from_dict(json.load(f))
+
+    def metrics(self, job_id, since=0):
+        """Records from line `since` on (so a poller can ask for what it has not seen)."""
+        path = self.job_dir(job_id) / "metrics.jsonl"
+        if not path.exists():
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for i, line in enumerate(f) if i >= since and line.strip()]
+
+    def list(self):
+        root = pathlib.Path(self.root)
+        if not root.exists():
+            return []
+        jobs = []
+        for child in root.iterdir():
+            try:
+                jobs.append(self.load(child.name))
+            except (OSError, ValueError):
+                continue  # a job being created or removed right now
+        return sorted(jobs, key=lambda j: j.created)
+
+    def prune(self):
+        """Apply the retention settings to finished jobs."""
+        import shutil
+
+        finished = [j for j in self.list() if j.finished]
+        cutoff = time.time() - self.retention_days * 86400
+        doomed = [j for j in finished if j.created < cutoff]
+        keep = [j for j in finished if j.created >= cutoff]
+        doomed += keep[: max(0, len(keep) - self.max_jobs)]
+        for job in doomed:
+            shutil.rmtree(self.job_dir(job.id), ignore_errors=True)
+        return len(doomed)
+
+
+def _atomic_write(path: pathlib.Path, text: str):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,43 @@
+"""A series that never holds more than `budget` points: raw points are averaged into buckets, and when the
+buckets fill the budget, neighbours merge and the bucket size doubles. Long runs stay cheap to draw; the full
+series lives in the job's metrics.jsonl."""
+
+
+class DownsampledSeries:
+    def __init__(self, budget: int = 2000):
+        if budget < 2 or budget % 2:
+            raise ValueError("budget must be an even number >= 2")
+        self.budget = budget
+        self.bucket = 1          # raw points per stored point
+        self.count = 0           # raw points seen
+        self._xs, self._ys = [], []
+        self._sum_x = self._sum_y = 0.0
+        self._n = 0
+
+    def add(self, x: float, y: float):
+        self.count += 1
+        self._sum_x += x
+        self._sum_y += y
+        self._n += 1
+        if self._n == self.bucket:
+            self._xs.append(self._sum_x / self._n)
+            self._ys.append(self._sum_y / self._n)
+            self._sum_x = self._sum_y = 0.0
+            self._n = 0
+            if len(self._xs) >= self.budget:  # keep one slot free for the bucket being filled
+                self._halve()
+
+    def _halve(self):
+        xs, ys = self._xs, self._ys
+        self._xs = [(xs[i] + xs[i + 1]) / 2 for i in range(0, len(xs) - 1, 2)]
+        self._ys = [(ys[i] + ys[i + 1]) / 2 for i in range(0, len(ys) - 1, 2)]
+        self.bucket *= 2
+
+    def points(self):
+        """(xs, ys) to draw, at most `budget` long; the bucket being filled shows as its running mean."""
+        if self._n:
+            return self._xs + [self._sum_x / self._n], self._ys + [self._sum_y / self._n]
+        return list(self._xs), list(self._ys)
+
+    def __len__(self):
+        return len(self._xs) + (1 if self._n else 0)

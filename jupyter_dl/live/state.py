@@ -1,0 +1,120 @@
+"""What the live view knows about a training run, built from the records ranks publish. No widgets here."""
+import time
+
+from .series import DownsampledSeries
+
+
+class TrainingState:
+    """Consumes records; exposes bounded series, progress and throughput.
+
+    Keras 3 batch logs are running means over the epoch; the per-batch value is recovered as
+    k*mean_k - (k-1)*mean_(k-1) and then smoothed (exponential average), as loss curves usually are.
+    The x axis is the global step, so epoch boundaries are exact even for datasets of unknown length.
+    """
+
+    def __init__(self, budget=2000, smoothing=0.9):
+        self.budget = budget
+        self.smoothing = smoothing
+        self.epochs = None
+        self.steps = None
+        self.batch_size = None
+        self.ranks = set()
+        self.global_step = 0
+        self.epoch = 0
+        self.step = 0
+        self.batch_loss = DownsampledSeries(budget)      # smoothed per-batch training loss
+        self.epoch_series = {}                             # "loss", "val_loss", "accuracy", ... -> series
+        self.epoch_logs = []                               # last value per epoch: the history, exactly
+        self.epoch_boundaries = []                         # global step at each epoch end
+        self.throughput = {}                               # rank -> {"samples", "steps", "seconds"}
+        self.ended_ranks = set()
+        self.latencies = []                                # engine batch end -> kernel saw it, seconds
+        self._prev_mean = {}
+        self._ema = None
+        self._rate_window = []                             # (engine time, global step) for live speed
+        self.first_t = None
+        self.last_t = None
+
+    # ---------------------------------------------------------------------------------------------- input
+    def consume(self, records):
+        for record in records:
+            kind = record.get("kind")
+            t = record.get("t")
+            if t is not None:
+                self.first_t = t if self.first_t is None else min(self.first_t, t)
+                self.last_t = t if self.last_t is None else max(self.last_t, t)
+            if kind == "begin":
+                self.ranks.add(record["rank"])
+                self.epochs = record.get("epochs") or self.epochs
+                self.steps = record.get("steps") or self.steps
+                self.batch_size = record.get("batch_size") or self.batch_size
+            elif kind == "batch":
+                self._batch(record)
+            elif kind == "epoch":
+                self._epoch(record)
+            elif kind == "throughput":
+                self.throughput[record["rank"]] = {k: record[k] for k in ("samples", "steps", "seconds")}
+            elif kind == "end":
+                self.ended_ranks.add(record["rank"])
+
+    def _batch(self, record):
+        if record["step"] == 1:
+            self._prev_mean = {}
+        self.global_step += 1
+        self.epoch, self.step = record["epoch"], record["step"]
+        self.steps = record.get("steps") or self.steps
+        if "seen" in record:
+            self.latencies.append(record["seen"] - record["t"])
+        self._rate_window.append((record["t"], self.global_step))
+        cutoff = record["t"] - 3.0
+        while len(self._rate_window) > 2 and self._rate_window[0][0] < cutoff:
+            self._rate_window.pop(0)
+        mean = record["logs"].get("loss")
+        if mean is None:
+            return
+        k = record["step"]
+        value = k * mean - (k - 1) * self._prev_mean.get("loss", 0.0)
+        self._prev_mean["loss"] = mean
+        # Seeded with the first value, the exponential average needs no bias correction.
+        self._ema = value if self._ema is None else self.smoothing * self._ema + (1 - self.smoothing) * value
+        self.batch_loss.add(self.global_step, self._ema)
+
+    def _epoch(self, record):
+        logs = record["logs"]
+        self.epoch_logs.append(dict(logs))
+        self.epoch_boundaries.append(self.global_step)
+        for key, value in logs.items():
+            self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(self.global_step, value)
+
+    # --------------------------------------------------------------------------------------------- output
+    @property
+    def total_steps(self):
+        return self.epochs * self.steps if self.epochs and self.steps else None
+
+    def steps_per_second(self):
+        if len(self._rate_window) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._rate_window[0], self._rate_window[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+    def samples_per_second(self):
+        rate = self.steps_per_second()
+        if rate is None or not self.batch_size:
+            return None
+        return rate * self.batch_size * max(1, len(self.ranks))
+
+    def progress(self):
+        total = self.total_steps
+        done = self.global_step
+        finished = bool(self.ranks) and self.ended_ranks >= self.ranks
+        fraction = 1.0 if finished else (min(1.0, done / total) if total else None)
+        rate = self.steps_per_second()
+        eta = (total - done) / rate if (total and rate and not finished) else (0.0 if finished else None)
+        return {"epoch": self.epoch + 1 if done else 0, "epochs": self.epochs, "step": self.step,
+                "steps": self.steps, "global_step": done, "total_steps": total, "fraction": fraction,
+                "samples_per_s": self.samples_per_second(), "eta_s": eta, "updated": time.time()}
+
+    def rank_throughput(self):
+        """Samples per second per rank over the whole run (from each rank's own clock)."""
+        return {rank: (v["samples"] / v["seconds"] if v["seconds"] and v["samples"] else None)
+                for rank, v in sorted(self.throughput.items())}

@@ -1,0 +1,140 @@
+"""The cell's live view: a plotly FigureWidget with the loss curves, a progress bar, and the final summary.
+
+While the job runs the widget updates in place (at most every `refresh_interval`). When it ends, the widget's
+output is replaced by a static plotly figure, so a notebook executed without a widget manager (nbclient,
+nbconvert) still holds the final picture, and the summary follows.
+"""
+import json
+import time
+
+from .summary import as_html, as_text, summarize
+
+MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces show the boundaries
+
+
+def _display(obj, **kwargs):
+    from IPython.display import display
+
+    return display(obj, **kwargs)
+
+
+class LiveView:
+    def __init__(self, template="plotly_white", show_plot=True, refresh_interval=0.1, baseline_sps=None):
+        self.template = template
+        self.baseline_sps = baseline_sps  # samples/s of a single-rank run of the same work, if one ran
+        self.summary = None
+        self.show_plot = show_plot
+        self.refresh_interval = refresh_interval
+        self.figure = None
+        self.progress_bar = None
+        self.label = None
+        self._handle = None
+        self._last_refresh = 0.0
+        self._traces = {}
+        self.refresh_latencies = []  # engine batch end -> figure data changed, seconds (for the benchmark)
+
+    # ---------------------------------------------------------------------------------------------- start
+    def started(self, job):
+        if not self.show_plot:
+            return
+        import ipywidgets as widgets
+        import plotly.graph_objects as go
+
+        self.figure = go.FigureWidget(layout=self._layout(job))
+        self.progress_bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="starting",
+                                                  layout=widgets.Layout(width="60%"))
+        self.label = widgets.HTML(value="")
+        box = widgets.VBox([widgets.HBox([self.progress_bar, self.label]), self.figure])
+        self._handle = _display(box, display_id=True)
+
+    def _layout(self, job):
+        return dict(
+            template=self.template, height=360, margin=dict(l=50, r=50, t=40, b=40),
+            title=dict(text=f"{job.name} · {job.n} ranks", font=dict(size=13)),
+            paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+            xaxis=dict(title="step"), yaxis=dict(title="loss"),
+            yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False),
+            legend=dict(orientation="h", y=-0.2),
+        )
+
+    # --------------------------------------------------------------------------------------------- update
+    def update(self, state, force=False):
+        if self.figure is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_refresh < self.refresh_interval:
+            return
+        self._last_refresh = now
+        with self.figure.batch_update():
+            self._set("loss (batch, smoothed)", state.batch_loss, axis="y", mode="lines", width=1)
+            for key, series in state.epoch_series.items():
+                axis = "y" if key.endswith("loss") else "y2"
+                self._set(key, series, axis=axis, mode="lines+markers", width=2,
+                          dash="dot" if key.startswith("val_") else None)
+            self.figure.layout.shapes = [
+                dict(type="line", x0=b, x1=b, yref="paper", y0=0, y1=1,
+                     line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"))
+                for b in state.epoch_boundaries[-MAX_BOUNDARY_MARKS:]
+            ]
+        seen = time.time()
+        if state.last_t is not None:
+            self.refresh_latencies.append(seen - state.last_t)
+        self._update_progress(state.progress())
+
+    def _set(self, name, series, axis, mode, width, dash=None):
+        xs, ys = series.points()
+        if name not in self._traces:
+            self.figure.add_scatter(name=name, yaxis=axis, mode=mode, line=dict(width=width, dash=dash))
+            self._traces[name] = self.figure.data[-1]
+        trace = self._traces[name]
+        trace.x, trace.y = xs, ys
+
+    def _update_progress(self, p):
+        if self.progress_bar is None:
+            return
+        if p["fraction"] is not None:
+            self.progress_bar.value = p["fraction"]
+        self.progress_bar.description = f"{(p['fraction'] or 0):.0%}"
+        self.label.value = progress_text(p)
+
+    # --------------------------------------------------------------------------------------------- finish
+    def finished(self, job, state):
+        self.summary = summarize(job, state, self.baseline_sps)
+        summary = self.summary
+        if self.figure is not None:
+            self.update(state, force=True)
+            self._handle.update(static_figure_bundle(self.figure), raw=True)
+        _display({"text/plain": as_text(summary), "text/html": as_html(summary)}, raw=True)
+
+
+def progress_text(p) -> str:
+    parts = []
+    if p.get("epochs"):
+        parts.append(f"epoch {p['epoch']}/{p['epochs']}")
+    if p.get("steps"):
+        parts.append(f"step {p['step']}/{p['steps']}")
+    if p.get("samples_per_s"):
+        parts.append(f"{p['samples_per_s']:,.0f} samples/s")
+    if p.get("eta_s") is not None:
+        parts.append(f"ETA {_clock(p['eta_s'])}")
+    return " · ".join(parts)
+
+
+def _clock(seconds):
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def static_figure_bundle(figure) -> dict:
+    """A plain plotly mime bundle of the figure as it is now (no widget manager needed to show it)."""
+    import plotly.graph_objects as go
+
+    static = go.Figure(figure.to_dict())
+    spec = json.loads(static.to_json())
+    return {
+        "application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec["layout"], "config": {}},
+        "text/html": static.to_html(include_plotlyjs="cdn", full_html=False),
+        "text/plain": f"<Figure: {', '.join(t.name for t in static.data)}>",
+    }
