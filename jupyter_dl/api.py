@@ -40,6 +40,7 @@ class Session:
                             baseline_sps=self.baselines.get(key))
             observers.append(view)
         result = self.launcher.run(work, options, observers=observers)
+        result.view = view
         if result.job.n == 1:
             single = summary_mod.summarize(result.job, result.state)["samples_per_s"]
             if single:

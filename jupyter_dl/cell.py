@@ -86,10 +86,26 @@ def parse_cell(code: str, filename: str = "<distribute-cell>") -> ast.Module:
     return ast.parse(code, filename=filename)
 
 
+# Statements that bind their names whenever they run; a name bound by one of these at top level before any read
+# is the cell's own (e.g. `model = build()` then `model.fit`) and need not be shipped, which matters on re-runs
+# where the notebook still holds the previous, possibly large, `model`.
+_UNCONDITIONAL = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                  ast.ClassDef)
+
+
 def analyse(code: str) -> CellNames:
     collector = _NameCollector()
-    collector.visit(parse_cell(code))
-    reads = {n for n in collector.loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
+    own = set()   # names bound unconditionally by an earlier top-level statement
+    loads = set()
+    for statement in parse_cell(code).body:
+        before = set(collector.loads)
+        collector.loads = set()
+        collector.visit(statement)
+        loads |= collector.loads - own
+        collector.loads = before | collector.loads
+        if isinstance(statement, _UNCONDITIONAL):
+            own.update(collector.top_binds)
+    reads = {n for n in loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
     binds = [n for n in collector.top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
     return CellNames(reads=reads, binds=binds)
 

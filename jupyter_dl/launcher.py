@@ -45,6 +45,7 @@ class RunResult:
     results: list = field(default_factory=list)     # function mode: return value per rank (rank 0 only unless all)
     stdout: list = field(default_factory=list)      # per rank, the full text
     state: object = None                            # the TrainingState built from streamed metrics
+    view: object = None                             # the cell's LiveView, when one was shown
 
 
 class Launcher(Configurable):
@@ -278,8 +279,9 @@ class Launcher(Configurable):
             raise KeyboardInterrupt
         if status == "timeout":
             job.transition("failed", error="timeout")
-            raise JobTimeout(f"job {job.name!r} ran past --timeout {options.timeout:g}s and was stopped; "
-                             f"raise --timeout or make the cell shorter")
+            where = "; ".join(f"rank {r} was in {_last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
+            raise JobTimeout(f"job {job.name!r} ran past --timeout {options.timeout:g}s and was stopped"
+                             f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter")
         if status == "failed":
             root = next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
             first = outcomes[root]
@@ -308,6 +310,12 @@ class _MetricsFeed:
         if records or final:
             for observer in self.observers:
                 observer.update(self.state, force=final)
+
+
+def _last_frame(outcome) -> str:
+    """'file:line (function)' of the innermost frame in a rank's traceback, to say where it was stopped."""
+    lines = [l.strip() for l in outcome.get("traceback", "").splitlines() if l.strip().startswith("File ")]
+    return lines[-1].removeprefix("File ") if lines else outcome.get("ename", "?")
 
 
 def _outcome_of(rank, ar):

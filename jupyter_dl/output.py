@@ -9,6 +9,9 @@ never interleave inside a line).
 import os
 import sys
 
+# Native libraries write this straight to fd 2 on first import; it says nothing to a notebook user.
+_NOISE = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",)
+
 
 class OutputRelay:
     def __init__(self, results_by_rank: dict, show: str = "rank0", stdout=None, stderr=None):
@@ -27,6 +30,9 @@ class OutputRelay:
                 text = getattr(self._results[rank], stream) or ""
                 chunk = self._tagged(rank, key, text, final) if self._prefix else self._delta(key, text)
                 self._seen[key] = text
+                if stream == "stderr":
+                    for noise in _NOISE:
+                        chunk = chunk.replace(noise, "")
                 if chunk:
                     sink.write(chunk)
                     sink.flush()

@@ -16,7 +16,8 @@ def test_reads_and_binds():
     )
     names = analyse(code)
     assert names.binds == ["keras", "m", "model", "history", "helper", "total", "squares"]
-    assert {"build", "width", "x_train", "y_train", "offset", "total", "n", "model"} <= names.reads
+    assert {"build", "width", "x_train", "y_train", "offset", "total", "n"} <= names.reads
+    assert "model" not in names.reads  # bound by the cell before it is read
     assert "local" not in names.binds and "i" not in names.binds and "a" not in names.binds
 
 
@@ -33,3 +34,14 @@ def test_syntax_error_is_raised_before_anything():
 def test_ipython_internals_never_travel():
     names = analyse("a = In[1] + _ + Out[2]")
     assert names.reads.isdisjoint({"In", "Out", "_"})
+
+
+def test_names_the_cell_binds_first_are_not_shipped():
+    names = analyse("import keras\nmodel = keras.Sequential()\nmodel.fit(x)\nif flag:\n    other = 1\nother.run()")
+    assert "model" not in names.reads and "keras" not in names.reads
+    assert {"x", "flag", "other"} <= names.reads  # `other` may still come from the notebook
+
+
+def test_a_name_read_in_its_own_binding_is_shipped():
+    assert "model" in analyse("model = wrap(model)").reads
+    assert "total" in analyse("total += 1").reads

@@ -108,3 +108,20 @@ def test_tf_data_dataset_is_sharded(dl_session, digits):
         return len(steps)
 
     assert jupyter_dl.distribute(fit_dataset, n=2, kwargs=digits, all_ranks=True) == [22, 22]
+
+
+def _build_models_here(count):
+    import keras
+
+    for _ in range(count):
+        keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])  # advances Keras' auto-naming counters
+    return count
+
+
+def test_engines_with_different_keras_histories_still_agree(dl_session, digits):
+    """Horovod matches tensors by name; Keras names layers per process (dense, dense_1, ...). Ranks whose engines
+    built different numbers of models before must still find each other's gradients."""
+    assert jupyter_dl.distribute(_build_models_here, n=1, args=(3,)) == 3  # only engine 0 advances
+    rank0, rank1 = jupyter_dl.distribute(_train, n=2, kwargs={**digits, "epochs": 1}, all_ranks=True, timeout=120)
+    for w0, w1 in zip(rank0["weights"], rank1["weights"]):
+        np.testing.assert_array_equal(w0, w1)

@@ -48,3 +48,13 @@ def test_all_ranks_are_tagged_line_by_line():
     relay.pump(final=True)
     lines = out.getvalue().splitlines()
     assert sorted(lines) == ["[rank 0] hello from 0", "[rank 0] tail", "[rank 1] hello from 1"]
+
+
+def test_native_library_noise_is_dropped_from_stderr():
+    result = SimpleNamespace(stdout="", stderr="")
+    err = io.StringIO()
+    relay = OutputRelay({0: result}, "rank0", stdout=io.StringIO(), stderr=err)
+    result.stderr = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                     "UserWarning: a real warning\n")
+    relay.pump(final=True)
+    assert err.getvalue() == "UserWarning: a real warning\n"

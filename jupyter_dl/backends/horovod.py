@@ -88,7 +88,11 @@ def average_gradients(grads):
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
         return list(grads)
-    reduced = hvd.grouped_allreduce([_dense(grads[i]) for i in present], op=hvd.Average)
+    # Horovod matches tensors across ranks by name. Left to itself it derives names from Keras' auto-generated
+    # layer names, which differ between engines with different histories (`dense_3` here, `dense` on a fresh
+    # engine) and then every rank waits forever. A fixed name, outside any name scope, is the same everywhere.
+    reduced = hvd.grouped_allreduce([_dense(grads[i]) for i in present], op=hvd.Average, name="jdl_grads",
+                                    ignore_name_scope=True)
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r

@@ -13,6 +13,11 @@ MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces s
 
 
 def _display(obj, **kwargs):
+    """IPython's display inside a shell; outside one (scripts) nothing is shown and None comes back."""
+    from IPython import get_ipython
+
+    if get_ipython() is None:
+        return None
     from IPython.display import display
 
     return display(obj, **kwargs)
@@ -103,7 +108,8 @@ class LiveView:
         summary = self.summary
         if self.figure is not None:
             self.update(state, force=True)
-            self._handle.update(static_figure_bundle(self.figure), raw=True)
+            if self._handle is not None:
+                self._handle.update(static_figure_bundle(self.figure), raw=True)
         _display({"text/plain": as_text(summary), "text/html": as_html(summary)}, raw=True)
 
 
