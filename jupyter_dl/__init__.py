@@ -1,7 +1,14 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
 from ._version import __version__
 
-__all__ = ["__version__", "distribute", "shutdown", "load_ipython_extension"]
+__all__ = ["__version__", "distribute", "shutdown", "load_ipython_extension", "LiveMetrics"]
+
+
+def LiveMetrics(*args, **kwargs):
+    """Keras callback streaming metrics to the cell's live view; add it yourself in `--manual` cells."""
+    from .runtime.live import LiveMetrics as _LiveMetrics
+
+    return _LiveMetrics(*args, **kwargs)
 
 
 def distribute(*args, **kwargs):

@@ -27,7 +27,8 @@ cells = [
     new_code_cell(TRAIN),
     new_code_cell("single_process = model.evaluate(x_test, y_test, verbose=0)\nsingle_process"),
     new_markdown_cell("## The same cell on 2 ranks\n\nThe optimizer averages gradients across ranks, each rank "
-                      "trains on its half of `x_train`, the learning rate is scaled by 2, and only rank 0 prints."),
+                      "trains on its half of `x_train`, the learning rate is scaled by 2, and only rank 0 prints. "
+                      "The cell shows a live loss plot and progress bar while it trains, and a summary at the end."),
     new_code_cell("%%distribute -n 2\n" + TRAIN),
     new_markdown_cell("The trained `model` and `history` are back in the notebook:"),
     new_code_cell("distributed = model.evaluate(x_test, y_test, verbose=0)\n"

@@ -80,6 +80,18 @@ def test_no_plot_keeps_the_summary_but_no_figure(dl_session, digits):
     assert result.state.epoch_logs and result.job.progress["fraction"] == 1.0
 
 
+def test_manual_cells_stream_with_the_public_callback(dl_session, digits):
+    code = ("import horovod.tensorflow as hvd, keras, jupyter_dl\n"
+            "model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation='softmax')])\n"
+            "model.compile('adam', 'sparse_categorical_crossentropy')\n"
+            "model.fit(x_train[hvd.rank()::2], y_train[hvd.rank()::2], epochs=2, verbose=0,\n"
+            "          callbacks=[jupyter_dl.LiveMetrics()])\n")
+    result = jupyter_dl.distribute(code, n=2, namespace=dict(digits), manual=True, plot=True)
+    assert len(result.state.epoch_logs) == 2
+    assert set(result.state.throughput) == {0, 1}
+    assert len(result.view.figure.data) >= 2
+
+
 def _synthetic(steps, steps_per_epoch=1000):
     records = [{"kind": "begin", "rank": 0, "t": 0.0, "epochs": steps // steps_per_epoch,
                 "steps": steps_per_epoch, "batch_size": 32}]

@@ -22,6 +22,16 @@ def test_quickstart_runs_top_to_bottom():
     streamed = "".join(_texts(distributed_cell))
     assert "Epoch 10/10" in streamed and "started a local cluster: 2 engines" in streamed
     assert streamed.count("Epoch 1/10") == 1  # only rank 0 prints progress
+    # The live view left a static final figure (no widget manager here) and the run summary.
+    figures = [o["data"]["application/vnd.plotly.v1+json"] for o in distributed_cell.outputs
+               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 1
+    names = {trace.get("name") for trace in figures[0]["data"]}
+    assert {"loss (batch, smoothed)", "loss", "val_loss", "accuracy", "val_accuracy"} <= names
+    loss_trace = next(t for t in figures[0]["data"] if t.get("name") == "loss")
+    assert len(loss_trace["y"]) == 10
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in distributed_cell.outputs)
+    assert "samples/s" in streamed and "succeeded" in streamed
     summary = next(t for c in nb.cells for t in _texts(c) if "test accuracy" in t)
     single, distributed = [float(part.split()[-1]) for part in summary.strip().split(",")]
     assert distributed > 0.8 and abs(distributed - single) < 0.05

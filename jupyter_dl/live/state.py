@@ -29,6 +29,7 @@ class TrainingState:
         self.throughput = {}                               # rank -> {"samples", "steps", "seconds"}
         self.ended_ranks = set()
         self.latencies = []                                # engine batch end -> kernel saw it, seconds
+        self._undrawn = []                                 # engine times of batches not yet drawn
         self._prev_mean = {}
         self._ema = None
         self._rate_window = []                             # (engine time, global step) for live speed
@@ -65,6 +66,8 @@ class TrainingState:
         self.steps = record.get("steps") or self.steps
         if "seen" in record:
             self.latencies.append(record["seen"] - record["t"])
+        if len(self._undrawn) < 10_000:  # bounded when no view drains it (--no-plot)
+            self._undrawn.append(record["t"])
         self._rate_window.append((record["t"], self.global_step))
         cutoff = record["t"] - 3.0
         while len(self._rate_window) > 2 and self._rate_window[0][0] < cutoff:
@@ -87,6 +90,11 @@ class TrainingState:
             self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(self.global_step, value)
 
     # --------------------------------------------------------------------------------------------- output
+    def take_undrawn(self):
+        """Engine end times of the batches that arrived since the last call (the view draws them now)."""
+        undrawn, self._undrawn = self._undrawn, []
+        return undrawn
+
     @property
     def total_steps(self):
         return self.epochs * self.steps if self.epochs and self.steps else None

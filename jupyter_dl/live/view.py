@@ -36,7 +36,7 @@ class LiveView:
         self._handle = None
         self._last_refresh = 0.0
         self._traces = {}
-        self.refresh_latencies = []  # engine batch end -> figure data changed, seconds (for the benchmark)
+        self.refresh_latencies = []  # per batch: engine batch end -> figure data changed, seconds (benchmark)
 
     # ---------------------------------------------------------------------------------------------- start
     def started(self, job):
@@ -81,9 +81,8 @@ class LiveView:
                      line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"))
                 for b in state.epoch_boundaries[-MAX_BOUNDARY_MARKS:]
             ]
-        seen = time.time()
-        if state.last_t is not None:
-            self.refresh_latencies.append(seen - state.last_t)
+        drawn = time.time()
+        self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
         self._update_progress(state.progress())
 
     def _set(self, name, series, axis, mode, width, dash=None):

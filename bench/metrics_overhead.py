@@ -1,0 +1,193 @@
+"""What the metrics path costs training: samples/s of the same `fit` with and without the streaming callback.
+
+The job is a small Keras cell (a Dense net on sklearn's digits, tiled so one fit takes a few seconds) run through
+`jupyter_dl.distribute(code, n=2, plot=False, stream_metrics=...)` on the same two local engines. With
+stream_metrics=True each rank's fit gets the engine-side `LiveMetrics` callback (a dict per batch on rank 0, one
+published message per flush interval); with stream_metrics=False it does not. plot=False: the live view is kernel
+side, and what is measured here is the engine side.
+
+The cell times its own `fit` (time.perf_counter around it, on rank 0; the ranks move in lockstep through the
+gradient allreduce), so cluster, shipping and result transfer are left out. It also stamps each epoch's end, so
+besides the whole fit ("fit", first-epoch tracing included) the steady state ("steady": epochs 2..E) and the
+fastest single epoch each way (best-of, the estimate least disturbed by other load) are reported, and rank 0's
+Python-thread CPU time per batch (time.thread_time: the callback's own work runs there).
+
+After one warm-up run, runs are interleaved in pairs whose order alternates (on/off, off/on, ...) so drift and
+load from other work hit both sides alike. Reported: median samples/s each way, the spread (min..max), the ratio
+with/without of the medians and the median of the per-pair ratios, and the slowdown against the target (at most
+1% slower). Results go to bench/results/metrics_overhead.json.
+
+    .venv/bin/python bench/metrics_overhead.py [--pairs 6] [--epochs 3] [--tile 8]
+"""
+import argparse
+from importlib import metadata
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "metrics_overhead.json"
+TARGET_SLOWDOWN = 0.01  # at most 1% slower with the streaming callback
+
+# An unchanged single-process Keras cell plus its own timing (x_train, y_train, EPOCHS come from the namespace).
+# The epoch-end stamps are a callback present in both arms, so it does not bias the comparison.
+CELL = '''\
+import time
+import keras
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+epoch_ends = []
+stamp = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epoch_ends.append(time.perf_counter()))
+cpu0 = time.thread_time()
+t0 = time.perf_counter()
+model.fit(x_train, y_train, batch_size=32, epochs=EPOCHS, verbose=0, callbacks=[stamp])
+fit_s = time.perf_counter() - t0
+fit_cpu_s = time.thread_time() - cpu0            # rank 0's Python thread: where the callback's own work runs
+epoch_s = [b - a for a, b in zip([t0] + epoch_ends[:-1], epoch_ends)]
+samples_per_epoch = (len(x_train) // 2) * 2      # what the 2 ranks train on together (shards cut to equal length)
+samples = EPOCHS * samples_per_epoch
+del model, stamp                                 # nothing big to send back
+'''
+
+
+def load_data(tile):
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x, y = (x / 16.0).astype("float32"), y.astype("int32")
+    return np.tile(x, (tile, 1)), np.tile(y, tile)
+
+
+def one_run(jupyter_dl, x, y, epochs, stream):
+    ns = {"x_train": x, "y_train": y, "EPOCHS": epochs}
+    t0 = time.perf_counter()
+    res = jupyter_dl.distribute(CELL, n=2, namespace=ns, stream_metrics=stream, plot=False)
+    wall = time.perf_counter() - t0
+    epoch_s = list(ns["epoch_s"])
+    steady_s = sum(epoch_s[1:])
+    steady_samples = ns["samples_per_epoch"] * (len(epoch_s) - 1)
+    best_epoch_s = min(epoch_s[1:])
+    steps = len(epoch_s) * math.ceil(ns["samples_per_epoch"] // 2 / 32)  # batches per rank
+    return {"stream_metrics": stream, "fit_s": ns["fit_s"], "samples": ns["samples"],
+            "samples_per_s": ns["samples"] / ns["fit_s"], "epoch_s": epoch_s,
+            "steady_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
+            "best_epoch_samples_per_s": ns["samples_per_epoch"] / best_epoch_s,
+            "fit_cpu_s": ns["fit_cpu_s"], "steps": steps,
+            "cpu_us_per_batch": 1e6 * ns["fit_cpu_s"] / steps,
+            "wall_s": wall, "run_s": res.job.timings.get("run_s"),
+            "batches_streamed": len(res.state.latencies), "load1": os.getloadavg()[0]}
+
+
+def summarize(runs, key):
+    on = [r[key] for r in runs if r["stream_metrics"]]
+    off = [r[key] for r in runs if not r["stream_metrics"]]
+    med_on, med_off = statistics.median(on), statistics.median(off)
+    return {"on": on, "off": off, "median_on": med_on, "median_off": med_off,
+            "min_on": min(on), "max_on": max(on), "min_off": min(off), "max_off": max(off),
+            "ratio": med_on / med_off, "slowdown": 1 - med_on / med_off}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=6, help="runs each way, interleaved in pairs (default 6)")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per fit (default 3)")
+    parser.add_argument("--tile", type=int, default=8, help="copies of the 1797 digits (default 8: 14376 samples)")
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the steady state leaves the first epoch out)")
+
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    if load_before[0] > 0.5:
+        print(f"note: 1-minute load average is {load_before[0]:.2f} before starting; other work on this machine "
+              "skews these timings", flush=True)
+    x, y = load_data(args.tile)
+    import jupyter_dl
+
+    runs, pair_ratios, pair_ratios_steady = [], [], []
+    try:
+        t0 = time.perf_counter()
+        warm = one_run(jupyter_dl, x, y, args.epochs, True)  # starts the cluster, imports TF, ships the data
+        print(f"  warm-up (cluster start included): {time.perf_counter() - t0:.1f} s, "
+              f"{warm['samples_per_s']:,.0f} samples/s", flush=True)
+        for i in range(args.pairs):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            pair = {}
+            for stream in order:
+                r = one_run(jupyter_dl, x, y, args.epochs, stream)
+                runs.append(r)
+                pair[stream] = r
+                print(f"  pair {i + 1} {'with   ' if stream else 'without'}: fit {r['fit_s']:.2f} s, "
+                      f"{r['samples_per_s']:8,.0f} samples/s (steady {r['steady_samples_per_s']:8,.0f}), "
+                      f"{r['batches_streamed']} batches streamed, load {r['load1']:.2f}", flush=True)
+            pair_ratios.append(pair[True]["samples_per_s"] / pair[False]["samples_per_s"])
+            pair_ratios_steady.append(pair[True]["steady_samples_per_s"] / pair[False]["steady_samples_per_s"])
+    finally:
+        jupyter_dl.shutdown()
+
+    fit = summarize(runs, "samples_per_s")
+    steady = summarize(runs, "steady_samples_per_s")
+    best = summarize(runs, "best_epoch_samples_per_s")
+    best["best_on"], best["best_off"] = best["max_on"], best["max_off"]
+    cpu = summarize(runs, "cpu_us_per_batch")
+    fit["median_pair_ratio"] = statistics.median(pair_ratios)
+    steady["median_pair_ratio"] = statistics.median(pair_ratios_steady)
+    fit["pair_ratios"], steady["pair_ratios"] = pair_ratios, pair_ratios_steady
+    passed = fit["slowdown"] <= TARGET_SLOWDOWN
+
+    print()
+    print(f"samples/s, median of {args.pairs} runs each ({args.epochs} epochs of {len(x)} samples, batch 32, n=2)")
+    print(f"{'':27s} {'with':>8s} {'without':>8s} {'ratio':>6s} {'slowdown':>8s} {'pair-ratio':>10s}  "
+          f"spread with / without (min..max)")
+    for label, s in (("whole fit", fit), ("steady (epochs 2..)", steady)):
+        print(f"{label:27s} {s['median_on']:8,.0f} {s['median_off']:8,.0f} {s['ratio']:6.3f} "
+              f"{100 * s['slowdown']:7.1f}% {s['median_pair_ratio']:10.3f}  "
+              f"{s['min_on']:,.0f}..{s['max_on']:,.0f} / {s['min_off']:,.0f}..{s['max_off']:,.0f}")
+    print(f"{'fastest epoch (best of all)':27s} {best['best_on']:8,.0f} {best['best_off']:8,.0f} "
+          f"{best['best_on'] / best['best_off']:6.3f} {100 * (1 - best['best_on'] / best['best_off']):7.1f}%"
+          f"{'':12s}least disturbed by other load")
+    print(f"rank-0 Python-thread CPU per batch (us): with {cpu['median_on']:.0f}, without {cpu['median_off']:.0f}, "
+          f"difference {cpu['median_on'] - cpu['median_off']:+.0f} us/batch "
+          f"({100 * (cpu['median_on'] / cpu['median_off'] - 1):+.1f}%)")
+    noise = max((s["max_off"] - s["min_off"]) / s["median_off"] for s in (fit, steady))
+    print(f"target: at most {100 * TARGET_SLOWDOWN:.0f}% slower (whole fit, medians): "
+          f"{'PASS' if passed else 'FAIL'} ({100 * fit['slowdown']:+.1f}%)")
+    if noise > 2 * TARGET_SLOWDOWN:
+        print(f"note: run-to-run spread without streaming is {100 * noise:.0f}% of the median, larger than the "
+              f"{100 * TARGET_SLOWDOWN:.0f}% target; the verdict is within noise (use --pairs, a quiet machine)")
+    load_after = os.getloadavg()
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")
+
+    versions = {}
+    for dist in ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "samples_per_s_with": fit["median_on"], "samples_per_s_without": fit["median_off"],
+        "ratio_with_over_without": fit["ratio"], "slowdown": fit["slowdown"],
+        "target_slowdown": TARGET_SLOWDOWN, "target_met": passed,
+        "whole_fit": fit, "steady": steady, "fastest_epoch": best,
+        "rank0_thread_cpu_us_per_batch": cpu, "warmup": warm, "runs": runs,
+        "config": {"pairs": args.pairs, "epochs": args.epochs, "tile": args.tile, "samples": len(x),
+                   "batch_size": 32, "n": 2, "plot": False},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                    "loadavg_before": load_before, "loadavg_after": load_after, **versions},
+        "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }, indent=2))
+    print(f"wrote {RESULTS.relative_to(HERE.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
