@@ -33,5 +33,9 @@ def load_ipython_extension(ipython):
     ipython.register_magics(DistributeMagics(ipython))
 
 
+def _jupyter_server_extension_points():
+    return [{"module": "jupyter_dl.server"}]
+
+
 def _jupyter_labextension_paths():
     return [{"src": "labextension", "dest": "jupyter-dl"}]

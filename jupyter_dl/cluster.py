@@ -39,6 +39,7 @@ class ClusterManager(Configurable):
         self.owned = False
         self._engine_info = {}  # engine id -> {"hostname", "pid"}
         self._dead = set()      # engine ids we killed; ipyparallel may list them until it notices
+        self._expected = 0      # engines we started and did not kill (some may still be registering)
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -71,6 +72,7 @@ class ClusterManager(Configurable):
         return self.status()
 
     def _start_engines(self, n, devices=()):
+        self._expected += n
         # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
         if devices:
             for dev in devices[:n]:
@@ -119,6 +121,7 @@ class ClusterManager(Configurable):
         self.owned = False
         self._engine_info.clear()
         self._dead.clear()
+        self._expected = 0
         if client is not None:
             client.close()
         if cluster is not None and owned:
@@ -140,10 +143,12 @@ class ClusterManager(Configurable):
             if not self.owned:
                 raise UsageError(f"{n} ranks requested but the connected cluster has {have} engines; "
                                  f"use -n {have} or add engines to the cluster")
-            if gpus.discover():
-                raise UsageError(f"{n} ranks requested but {have} GPU engines exist; use -n {have}")
-            self._start_engines(n - have)
-            self._wait_for(n)
+            if gpus.discover() and n > self._expected:
+                raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n "
+                                 f"{self._expected}")
+            if n > self._expected:
+                self._start_engines(n - self._expected)
+            self._wait_for(n)  # new engines, or replacements of killed ones, still registering
         return self.client
 
     def _wait_for(self, n):
@@ -172,12 +177,12 @@ class ClusterManager(Configurable):
         if self.client is not None:
             self.client.send_signal(signal.SIGKILL, targets=list(ids), block=False)
         self._dead.update(ids)
+        self._expected -= len(ids)
         for i in ids:
             self._engine_info.pop(i, None)
         if self.owned and self.cluster is not None:
-            want = len(self.engine_ids()) + len(ids)
+            # Replacements start now and register while the notebook goes on; the next job waits for them.
             self._start_engines(len(ids))
-            self._wait_for(want)
 
     # ------------------------------------------------------------------------------------------- status
     def status(self) -> dict:

@@ -15,7 +15,7 @@ from traitlets.config import Configurable
 from . import cell as cellmod
 from . import payload
 from .backends import horovod as backend
-from .errors import JobTimeout, RankError, ShipError
+from .errors import JobCancelled, JobTimeout, RankError, ShipError
 from .jobs import Job, JobRegistry
 from .live.collector import MetricsCollector
 from .live.state import TrainingState
@@ -65,6 +65,9 @@ class Launcher(Configurable):
     ).tag(config=True)
     poll_interval = Float(0.05, help="Seconds between polls for rank output, metrics and completion."
                           ).tag(config=True)
+    INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
+    PEER_PATIENCE = 1.0     # seconds after a rank failed before its peers are interrupted
+
     point_budget = Integer(2000, help="Most points per trace kept for the live figure (the full series goes to "
                                       "the job's metrics.jsonl).").tag(config=True)
 
@@ -85,7 +88,8 @@ class Launcher(Configurable):
         shipment = self._prepare(work)  # raises on bad input, before any engine is touched
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
         job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
-                                    options={k: v for k, v in vars(options).items() if k != "name"}))
+                                    options={k: v for k, v in vars(options).items() if k != "name"},
+                                    **_kernel_identity()))
         job.transition("starting")
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
@@ -105,9 +109,6 @@ class Launcher(Configurable):
         job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
                        "run_s": time.perf_counter() - t_ship, "shipped": shipped, "ranks": [o.get("timings") for o in outcomes]}
         result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars], state=state)
-        if self.registry.store is not None:
-            self.registry.store.write_logs(job.id, dict(enumerate(result.stdout)))
-            self.registry.store.write_logs(job.id, {r: ar.stderr or "" for r, ar in enumerate(ars)}, "stderr")
         try:
             self._finish(job, status, outcomes, options)
         finally:
@@ -201,7 +202,8 @@ class Launcher(Configurable):
             for observer in observers:
                 observer.started(job)
             relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr)
-            feed = _MetricsFeed(job, MetricsCollector(dict(enumerate(ars))), state, observers, self.registry.store)
+            feed = _MetricsFeed(job, MetricsCollector(dict(enumerate(ars))), state, observers, self.registry.store,
+                                ars)
             outcomes, status = self._monitor(ids, ars, relay, feed, options)
         finally:
             rendezvous.stop()
@@ -212,6 +214,7 @@ class Launcher(Configurable):
         outcomes = [None] * len(ars)
         failed_order = []  # ranks in the order their failure was observed
         stop_requested_at = None
+        last_signal = 0.0
         status = "ok"
         deadline = time.monotonic() + options.timeout if options.timeout else None
         try:
@@ -227,22 +230,33 @@ class Launcher(Configurable):
                 if not pending:
                     break
                 now = time.monotonic()
-                if failed_order and stop_requested_at is None:
-                    stop_requested_at = now  # Horovod's shutdown should release the others; give it a moment
-                if deadline is not None and now > deadline and stop_requested_at is None:
-                    status = "timeout"
-                    stop_requested_at = now
-                    self._interrupt([ids[r] for r in pending])
-                if stop_requested_at is not None and now - stop_requested_at > self.stop_grace:
-                    self._kill(ids, pending, outcomes)
-                    break
+                if stop_requested_at is None:
+                    if failed_order:
+                        stop_requested_at = now  # Horovod's shutdown should release the others; give it a moment
+                    elif deadline is not None and now > deadline:
+                        status, stop_requested_at = "timeout", now
+                    elif feed.cancel_requested():
+                        status, stop_requested_at = "cancelled", now
+                if stop_requested_at is not None:
+                    if now - stop_requested_at > self.stop_grace:
+                        self._kill(ids, pending, outcomes)
+                        break
+                    # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy
+                    # elsewhere need an interrupt. Repeat it: a rank that had not started its code ignores one.
+                    patience = self.PEER_PATIENCE if status == "ok" else 0.0
+                    if now - stop_requested_at >= patience and now - last_signal >= self.INTERRUPT_REPEAT:
+                        last_signal = now
+                        self._interrupt([ids[r] for r in pending])
                 ars[pending[0]].wait(self.poll_interval)
         except KeyboardInterrupt:
             status = "interrupted"
             pending = [r for r, o in enumerate(outcomes) if o is None]
-            self._interrupt([ids[r] for r in pending])
             end = time.monotonic() + self.stop_grace
+            last_signal = 0.0
             while pending and time.monotonic() < end:
+                if time.monotonic() - last_signal >= self.INTERRUPT_REPEAT:
+                    last_signal = time.monotonic()
+                    self._interrupt([ids[r] for r in pending])
                 time.sleep(self.poll_interval)
                 for r in list(pending):
                     if ars[r].ready():
@@ -277,6 +291,10 @@ class Launcher(Configurable):
             job.transition("cancelled", error="interrupted")
             print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
             raise KeyboardInterrupt
+        if status == "cancelled":
+            job.transition("cancelled", error="cancelled from the jobs panel or %dl_jobs cancel")
+            raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); "
+                               f"all {job.n} ranks stopped")
         if status == "timeout":
             job.transition("failed", error="timeout")
             where = "; ".join(f"rank {r} was in {_last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
@@ -294,22 +312,46 @@ class Launcher(Configurable):
 
 
 class _MetricsFeed:
-    """Moves published metrics from the ranks into the job's state, store and observers."""
+    """Moves what the ranks produce (metrics, logs) into the job's state, store and observers, and carries
+    cancel requests from the store back to the monitor."""
 
-    def __init__(self, job, collector, state, observers, store):
+    LOG_INTERVAL = 2.0
+    CANCEL_CHECK_INTERVAL = 0.2
+    SPARKLINE_POINTS = 60
+
+    def __init__(self, job, collector, state, observers, store, ars):
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
+        self.ars = ars
+        self._logs_at = self._cancel_at = 0.0
 
     def pump(self, final=False):
         records = self.collector.poll()
         if records:
             self.state.consume(records)
-            self.job.progress = self.state.progress()
+            self.job.progress = {**self.state.progress(), "sparkline": self._sparkline()}
             if self.store is not None:
                 self.store.append_metrics(self.job.id, records)
                 self.store.save(self.job, progress_only=not final)
         if records or final:
             for observer in self.observers:
                 observer.update(self.state, force=final)
+        now = time.monotonic()
+        if self.store is not None and (final or now - self._logs_at > self.LOG_INTERVAL):
+            self._logs_at = now
+            self.store.write_logs(self.job.id, {r: ar.stdout or "" for r, ar in enumerate(self.ars)})
+            self.store.write_logs(self.job.id, {r: ar.stderr or "" for r, ar in enumerate(self.ars)}, "stderr")
+
+    def cancel_requested(self):
+        now = time.monotonic()
+        if self.store is None or now - self._cancel_at < self.CANCEL_CHECK_INTERVAL:
+            return False
+        self._cancel_at = now
+        return self.store.cancel_requested(self.job.id)
+
+    def _sparkline(self):
+        ys = self.state.batch_loss.points()[1]
+        stride = max(1, -(-len(ys) // self.SPARKLINE_POINTS))
+        return [round(y, 5) for y in ys[::stride]]
 
 
 def _last_frame(outcome) -> str:
@@ -346,6 +388,21 @@ def _dumps_callable(fn):
         finally:
             payload.cloudpickle.unregister_pickle_by_value(module)
     return payload.cloudpickle.dumps(fn)
+
+
+def _kernel_identity():
+    """The notebook and kernel this job runs from, when it runs in a Jupyter kernel (for the jobs panel)."""
+    import os
+
+    identity = {"notebook": os.environ.get("JPY_SESSION_NAME") or None, "kernel_id": None}
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+        identity["kernel_id"] = name.removeprefix("kernel-").removesuffix(".json")
+    except Exception:  # not in a kernel (scripts, tests)
+        pass
+    return identity
 
 
 def _this_host_address():

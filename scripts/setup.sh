@@ -77,6 +77,9 @@ if ! (cd / && "$py" -c "import jupyter_dl") 2>/dev/null || [ pyproject.toml -nt 
   # The editable build compiles the labextension with jlpm (from the npm registry); users of the wheel need no npm.
   PATH="$VENV/bin:$PATH" "${pip[@]}" -e ".[test]"
   PATH="$VENV/bin:$PATH" "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null
+  # An editable install does not copy the server config the wheel carries; put it where the wheel would.
+  install -D -m 644 jupyter-config/server-config/jupyter_dl.json \
+    "$VENV/etc/jupyter/jupyter_server_config.d/jupyter_dl.json"
   touch "$VENV/.jupyter_dl_installed"
 fi
 log "ready: $VENV"

@@ -2,6 +2,7 @@
 (and, through the store's files, by the server and the panel)."""
 import getpass
 import os
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
@@ -19,6 +20,7 @@ class Job:
     notebook: str | None = None
     kernel_id: str | None = None
     kernel_pid: int = field(default_factory=os.getpid)
+    kernel_host: str = field(default_factory=socket.gethostname)
     state: str = "queued"
     created: float = field(default_factory=time.time)
     timestamps: dict = field(default_factory=dict)  # state -> when it was entered
@@ -60,7 +62,9 @@ class Job:
         return end - self.timestamps.get("starting", self.created)
 
     def to_dict(self):
-        return asdict(self)
+        data = asdict(self)
+        data["elapsed"] = self.elapsed
+        return data
 
     @classmethod
     def from_dict(cls, data):

@@ -6,13 +6,17 @@ job.json is replaced atomically (write to a temp file, then rename) so a reader 
 import json
 import os
 import pathlib
+import socket
 import tempfile
 import time
+from collections import deque
 
 from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from .model import Job
+
+CANCEL_FILE = "cancel"
 
 
 def _default_root():
@@ -65,6 +69,31 @@ class JobStore(Configurable):
         for rank, text in texts_by_rank.items():
             _atomic_write(directory / f"rank{rank}.{stream}.log", text)
 
+    def request_cancel(self, job_id):
+        """Ask the kernel running the job to stop it; the kernel polls for this file while the job runs."""
+        job = self.load(job_id)
+        if job.finished:
+            return job
+        if not _kernel_alive(job):
+            job.transition("lost", error="its kernel is gone")
+            self.save(job)
+            return job
+        (self.job_dir(job_id) / CANCEL_FILE).touch()
+        return job
+
+    def cancel_requested(self, job_id) -> bool:
+        return (self.job_dir(job_id) / CANCEL_FILE).exists()
+
+    def reap_lost(self, jobs=None):
+        """Mark jobs whose kernel died as lost, so nothing stays 'running' forever. Returns those marked."""
+        lost = []
+        for job in jobs if jobs is not None else self.list():
+            if not job.finished and not _kernel_alive(job):
+                job.transition("lost", error="its kernel stopped while the job ran")
+                self.save(job)
+                lost.append(job)
+        return lost
+
     # ------------------------------------------------------------------------------------------------- read
     def load(self, job_id) -> Job:
         with open(self.job_dir(job_id) / "job.json", encoding="utf-8") as f:
@@ -77,6 +106,21 @@ class JobStore(Configurable):
             return []
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for i, line in enumerate(f) if i >= since and line.strip()]
+
+    def logs(self, job_id, rank=0, stream="stdout", tail=None):
+        path = self.job_dir(job_id) / "logs" / f"rank{rank}.{stream}.log"
+        if not path.exists():
+            return ""
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if tail is None:
+                return f.read()
+            return "".join(deque(f, maxlen=tail))
+
+    def log_ranks(self, job_id):
+        directory = self.job_dir(job_id) / "logs"
+        if not directory.exists():
+            return []
+        return sorted({int(p.name[4:].split(".")[0]) for p in directory.glob("rank*.log")})
 
     def list(self):
         root = pathlib.Path(self.root)
@@ -102,6 +146,19 @@ class JobStore(Configurable):
         for job in doomed:
             shutil.rmtree(self.job_dir(job.id), ignore_errors=True)
         return len(doomed)
+
+
+def _kernel_alive(job) -> bool:
+    """Whether the kernel that runs the job still exists. Only decidable on the kernel's own host."""
+    if job.kernel_host != socket.gethostname():
+        return True  # cannot tell from here; its own host will reap it
+    try:
+        os.kill(job.kernel_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _atomic_write(path: pathlib.Path, text: str):

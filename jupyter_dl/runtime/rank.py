@@ -7,6 +7,7 @@ failing rank from the peers that only failed because it left.
 import builtins
 import contextlib
 import linecache
+import signal
 import socket
 import sys
 import time
@@ -55,9 +56,17 @@ def run(spec: dict) -> dict:
     timings = {}
     t0 = time.perf_counter()
     rank = spec["rank"]
+    previous_handler = None
     outcome = dict(rank=rank, ok=True, hostname=socket.gethostname())
+    # Setup is not interruptible: a KeyboardInterrupt inside `import tensorflow` leaves the engine half-imported,
+    # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
+    # so a stop requested now lands as soon as the user's code starts.
+    setup_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        backend.init(spec["env"])
+        try:
+            backend.init(spec["env"])
+        finally:
+            signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
@@ -87,6 +96,8 @@ def run(spec: dict) -> dict:
             outcome["values"] = payload.pack(names, namespace)
         timings["pack_s"] = time.perf_counter() - t2
     except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
+        # The kernel repeats its interrupt until every rank has stopped; from here on it must not cut our cleanup.
+        previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
         outcome.update(ok=False, ename=type(exc).__name__, evalue=str(exc), induced=_is_induced(exc),
                        traceback=_user_traceback(exc))
     finally:
@@ -95,6 +106,8 @@ def run(spec: dict) -> dict:
             backend.shutdown()
         except Exception:
             pass
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
         sys.stdout.flush()
         sys.stderr.flush()
     timings["total_s"] = time.perf_counter() - t0

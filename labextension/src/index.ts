@@ -1,14 +1,46 @@
 import {
+  ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, showDialog, Dialog } from '@jupyterlab/apputils';
+import {
+  Dialog,
+  ICommandPalette,
+  MainAreaWidget,
+  Notification,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { Widget } from '@lumino/widgets';
+
+import { ApiError, JobsApi, errorMessage } from './api';
+import { formatRanks, isActive } from './format';
+import { jobsIcon } from './icons';
+import { DEFAULT_POLL_INTERVAL, JobsModel, MIN_POLL_INTERVAL } from './jobsModel';
+import { DEFAULT_LOG_TAIL, LogsView, createLogsWidget } from './logs';
+import { IJob } from './model';
+import { JobsPanel, PANEL_ID } from './panel';
+import { LossPlotView, createPlotWidget } from './plot';
+
+export { PANEL_ID } from './panel';
 
 /** Command ids, stable for keyboard shortcuts and tests. */
 export const CommandIDs = {
-  gettingStarted: 'jupyter-dl:getting-started'
+  gettingStarted: 'jupyter-dl:getting-started',
+  openJobs: 'jupyter-dl:open-jobs',
+  refreshJobs: 'jupyter-dl:refresh-jobs',
+  /** Args: `{id}`. */
+  showLogs: 'jupyter-dl:show-logs',
+  /** Args: `{id}`. */
+  showLossPlot: 'jupyter-dl:show-loss-plot',
+  /** Args: `{id}`; asks for confirmation. */
+  cancelJob: 'jupyter-dl:cancel-job',
+  /** Args: `{id}`. */
+  openNotebook: 'jupyter-dl:open-notebook'
 };
+
+const CATEGORY = 'Distributed training';
 
 /** The text of the getting-started dialog: the two lines a user needs. */
 export function gettingStartedText(): string {
@@ -20,11 +52,33 @@ export function gettingStartedText(): string {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-dl:plugin',
-  description: 'Distributed deep learning from notebooks.',
+  description: 'Distributed deep learning from notebooks: the distributed jobs sidebar.',
   autoStart: true,
-  optional: [ICommandPalette],
-  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null) => {
-    app.commands.addCommand(CommandIDs.gettingStarted, {
+  optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null
+  ) => {
+    const { commands, shell } = app;
+    const api = new JobsApi();
+    const config = { pollInterval: DEFAULT_POLL_INTERVAL, logTailLines: DEFAULT_LOG_TAIL };
+
+    let panel: JobsPanel | null = null;
+    const model = new JobsModel({
+      api,
+      interval: config.pollInterval,
+      isVisible: () => panel !== null && panel.isVisible
+    });
+    const logTabs = new Map<string, MainAreaWidget<LogsView>>();
+    const plotTabs = new Map<string, MainAreaWidget<LossPlotView>>();
+
+    /** The job from the last poll, or fetched when the list has not got it (yet). */
+    const findJob = async (id: string): Promise<IJob> => model.find(id) ?? (await api.getJob(id));
+    const jobId = (args: any): string => (typeof args?.id === 'string' ? args.id : '');
+
+    commands.addCommand(CommandIDs.gettingStarted, {
       label: 'Distributed training: getting started',
       execute: () => {
         const body = new Widget({ node: document.createElement('pre') });
@@ -37,11 +91,179 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
       }
     });
-    palette?.addItem({
-      command: CommandIDs.gettingStarted,
-      category: 'Distributed training'
+
+    commands.addCommand(CommandIDs.openJobs, {
+      label: 'Open Distributed Jobs Panel',
+      caption: 'Show the distributed training jobs sidebar',
+      icon: jobsIcon,
+      execute: () => {
+        shell.activateById(PANEL_ID);
+      }
     });
-    console.log('jupyter-dl extension activated');
+
+    commands.addCommand(CommandIDs.refreshJobs, {
+      label: 'Refresh Distributed Jobs',
+      caption: 'Fetch the distributed jobs and cluster state now',
+      execute: () => model.fetchNow()
+    });
+
+    commands.addCommand(CommandIDs.showLogs, {
+      label: 'Show Distributed Job Logs',
+      isEnabled: args => !!jobId(args),
+      execute: async args => {
+        const id = jobId(args);
+        try {
+          const existing = logTabs.get(id);
+          if (existing && !existing.isDisposed) {
+            shell.activateById(existing.id);
+            return;
+          }
+          const job = await findJob(id);
+          const widget = createLogsWidget(api, job, {
+            interval: config.pollInterval,
+            tail: config.logTailLines
+          });
+          logTabs.set(id, widget);
+          widget.disposed.connect(() => logTabs.delete(id));
+          shell.add(widget, 'main');
+          shell.activateById(widget.id);
+        } catch (error) {
+          void showErrorMessage('Cannot show the job logs', errorMessage(error));
+        }
+      }
+    });
+
+    commands.addCommand(CommandIDs.showLossPlot, {
+      label: 'Plot Distributed Job Loss',
+      isEnabled: args => !!jobId(args),
+      execute: async args => {
+        const id = jobId(args);
+        try {
+          const existing = plotTabs.get(id);
+          if (existing && !existing.isDisposed) {
+            shell.activateById(existing.id);
+            return;
+          }
+          const job = await findJob(id);
+          const widget = createPlotWidget(api, job, { interval: config.pollInterval });
+          plotTabs.set(id, widget);
+          widget.disposed.connect(() => plotTabs.delete(id));
+          shell.add(widget, 'main');
+          shell.activateById(widget.id);
+        } catch (error) {
+          void showErrorMessage('Cannot plot the job loss', errorMessage(error));
+        }
+      }
+    });
+
+    commands.addCommand(CommandIDs.openNotebook, {
+      label: 'Open Distributed Job Notebook',
+      isEnabled: args => !!jobId(args),
+      execute: async args => {
+        try {
+          const job = await findJob(jobId(args));
+          if (!job.notebook) {
+            Notification.info(`Job ${job.name} was not started from a notebook.`, {
+              autoClose: 4000
+            });
+            return;
+          }
+          return await commands.execute('docmanager:open', { path: job.notebook });
+        } catch (error) {
+          void showErrorMessage('Cannot open the notebook', errorMessage(error));
+        }
+      }
+    });
+
+    commands.addCommand(CommandIDs.cancelJob, {
+      label: 'Cancel Distributed Job',
+      isEnabled: args => !!jobId(args),
+      execute: async args => {
+        const id = jobId(args);
+        let job: IJob;
+        try {
+          job = await findJob(id);
+        } catch (error) {
+          void showErrorMessage('Cannot cancel the job', errorMessage(error));
+          return;
+        }
+        if (!isActive(job.state)) {
+          Notification.info(`Job ${job.name} has already ${job.state}.`, { autoClose: 4000 });
+          return;
+        }
+        const body = new Widget({ node: document.createElement('div') });
+        body.addClass('jp-dl-cancel-dialog');
+        body.node.textContent = `Cancel “${job.name}” (${formatRanks(job)}, ${job.state})? It stops on every rank.`;
+        const result = await showDialog({
+          title: 'Cancel distributed job?',
+          body,
+          buttons: [
+            Dialog.cancelButton({ label: 'Keep running' }),
+            Dialog.warnButton({ label: 'Cancel job' })
+          ]
+        });
+        if (!result.button.accept) {
+          return;
+        }
+        model.markCancelling(id);
+        try {
+          await api.cancelJob(id);
+        } catch (error) {
+          model.markCancelling(id, false);
+          if (error instanceof ApiError && error.code === 'not_running') {
+            Notification.info(error.message || `Job ${job.name} has already finished.`, {
+              autoClose: 4000
+            });
+          } else {
+            void showErrorMessage('Cannot cancel the job', errorMessage(error));
+          }
+        }
+        await model.fetchNow();
+      }
+    });
+
+    panel = new JobsPanel(model, {
+      cancel: job => void commands.execute(CommandIDs.cancelJob, { id: job.id }),
+      logs: job => void commands.execute(CommandIDs.showLogs, { id: job.id }),
+      plot: job => void commands.execute(CommandIDs.showLossPlot, { id: job.id }),
+      openNotebook: job => void commands.execute(CommandIDs.openNotebook, { id: job.id }),
+      refresh: () => void commands.execute(CommandIDs.refreshJobs),
+      gettingStarted: () => void commands.execute(CommandIDs.gettingStarted)
+    });
+    shell.add(panel, 'left', { rank: 900 });
+    restorer?.add(panel, 'jupyter-dl-jobs');
+
+    for (const command of [CommandIDs.openJobs, CommandIDs.refreshJobs, CommandIDs.gettingStarted]) {
+      palette?.addItem({ command, category: CATEGORY });
+    }
+
+    if (settingRegistry) {
+      const apply = (settings: ISettingRegistry.ISettings): void => {
+        const interval = Number(settings.get('pollInterval').composite);
+        const tail = Number(settings.get('logTailLines').composite);
+        config.pollInterval = Number.isFinite(interval)
+          ? Math.max(MIN_POLL_INTERVAL, interval)
+          : DEFAULT_POLL_INTERVAL;
+        config.logTailLines = Number.isFinite(tail) && tail > 0 ? Math.floor(tail) : DEFAULT_LOG_TAIL;
+        model.interval = config.pollInterval;
+        for (const tab of logTabs.values()) {
+          tab.content.interval = config.pollInterval;
+          tab.content.tail = config.logTailLines;
+        }
+        for (const tab of plotTabs.values()) {
+          tab.content.interval = config.pollInterval;
+        }
+      };
+      settingRegistry
+        .load(plugin.id)
+        .then(settings => {
+          apply(settings);
+          settings.changed.connect(apply);
+        })
+        .catch(reason => {
+          console.error('jupyter-dl: cannot load settings', reason);
+        });
+    }
   }
 };
 

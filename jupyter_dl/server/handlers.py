@@ -1,0 +1,94 @@
+"""Thin tornado handlers over JobService. Every handler requires an authenticated user; errors are
+JSON `{code, message}` with the matching HTTP status."""
+import json
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .service import ServiceError
+
+AUTH_RESOURCE = "jupyter_dl"
+
+
+class _Base(APIHandler):
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def service(self):
+        return self.settings["jupyter_dl_service"]
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, ServiceError):
+            status_code, code, message = exc.status, exc.code, exc.message
+        else:
+            code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(status_code, "error")
+            message = getattr(exc, "log_message", None) or self._reason
+        self.set_status(status_code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"code": code, "message": message}))
+
+    def _call(self, fn, *args, status=200, **kwargs):
+        try:
+            result = fn(*args, **kwargs)
+        except ServiceError as exc:
+            self.set_status(exc.status)
+            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        self.set_status(status)
+        return self.finish(json.dumps(result, default=str))
+
+
+class JobsHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self):
+        return self._call(lambda: {"jobs": self.service.list_jobs(self.get_query_argument("state", None))})
+
+
+class JobHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self, job_id):
+        return self._call(self.service.get, job_id)
+
+    @web.authenticated
+    @authorized
+    def delete(self, job_id):
+        return self._call(self.service.cancel, job_id, status=202)
+
+
+class MetricsHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self, job_id):
+        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"))
+
+
+class LogsHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self, job_id):
+        return self._call(self.service.logs, job_id, self.get_query_argument("rank", "0"),
+                          self.get_query_argument("tail", None), self.get_query_argument("stream", "stdout"))
+
+
+class ClusterHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self):
+        return self._call(self.service.cluster)
+
+
+def setup_handlers(web_app, service):
+    web_app.settings["jupyter_dl_service"] = service
+    base = url_path_join(web_app.settings["base_url"], "jupyter-dl", "api")
+    job = r"/jobs/(?P<job_id>[A-Za-z0-9_-]+)"
+    web_app.add_handlers(".*$", [
+        (url_path_join(base, "jobs") + "/?", JobsHandler),
+        (base + job + "/?", JobHandler),
+        (base + job + "/metrics/?", MetricsHandler),
+        (base + job + "/logs/?", LogsHandler),
+        (url_path_join(base, "cluster") + "/?", ClusterHandler),
+    ])

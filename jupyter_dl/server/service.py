@@ -1,0 +1,99 @@
+"""What the REST API does, without tornado: list, read, cancel jobs; metrics and logs; cluster and GPUs.
+
+Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
+"""
+from ..jobs import STATES
+
+
+class ServiceError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "not_found"
+
+
+class NotRunning(ServiceError):
+    status = 409
+    code = "not_running"
+
+
+class BadRequest(ServiceError):
+    status = 400
+    code = "bad_request"
+
+
+class JobService:
+    def __init__(self, store):
+        self.store = store
+
+    def _job(self, job_id):
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            raise NotFound(f"no job {job_id!r}")
+        try:
+            return self.store.load(job_id)
+        except (OSError, ValueError):
+            raise NotFound(f"no job {job_id!r}; list jobs at /jupyter-dl/api/jobs") from None
+
+    def list_jobs(self, states=None):
+        wanted = None
+        if states:
+            wanted = {s.strip() for s in states.split(",") if s.strip()}
+            unknown = wanted - set(STATES)
+            if unknown:
+                raise BadRequest(f"unknown state(s) {sorted(unknown)}; use any of {', '.join(STATES)}")
+        jobs = self.store.list()
+        self.store.reap_lost(jobs)
+        jobs = [j for j in jobs if wanted is None or j.state in wanted]
+        return [j.to_dict() for j in sorted(jobs, key=lambda j: j.created, reverse=True)]
+
+    def get(self, job_id):
+        job = self._job(job_id)
+        self.store.reap_lost([job])
+        return job.to_dict()
+
+    def cancel(self, job_id):
+        job = self._job(job_id)
+        if job.finished:
+            raise NotRunning(f"job {job_id} already {job.state}")
+        job = self.store.request_cancel(job_id)
+        return {"id": job_id, "state": job.state if job.finished else "cancelling"}
+
+    def metrics(self, job_id, since=0):
+        self._job(job_id)
+        since = _non_negative_int(since, "since")
+        records = self.store.metrics(job_id, since)
+        return {"records": records, "next": since + len(records)}
+
+    def logs(self, job_id, rank=0, tail=None, stream="stdout"):
+        self._job(job_id)
+        if stream not in ("stdout", "stderr"):
+            raise BadRequest("stream must be stdout or stderr")
+        rank = _non_negative_int(rank, "rank")
+        tail = None if tail in (None, "") else _non_negative_int(tail, "tail")
+        ranks = self.store.log_ranks(job_id)
+        if ranks and rank not in ranks:
+            raise NotFound(f"job {job_id} has no rank {rank}; ranks are {ranks}")
+        return {"rank": rank, "ranks": ranks, "stream": stream,
+                "text": self.store.logs(job_id, rank, stream, tail)}
+
+    def cluster(self):
+        from .cluster_info import clusters, gpu_stats
+
+        return {"clusters": clusters(), "gpus": gpu_stats()}
+
+
+def _non_negative_int(value, name):
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"{name} must be a whole number, got {value!r}") from None
+    if number < 0:
+        raise BadRequest(f"{name} must not be negative")
+    return number

@@ -1,0 +1,162 @@
+/**
+ * Formatting for the jobs panel. Pure: no JupyterLab imports.
+ */
+import { ACTIVE_STATES, FINAL_STATES, IJob, JOB_STATES } from './model';
+
+function finite(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value);
+}
+
+const pad2 = (n: number): string => (n < 10 ? `0${n}` : `${n}`);
+
+/**
+ * A short duration: `42s`, `3m 05s`, `1h 02m`, `2d 03h`; `—` when unknown or negative.
+ */
+export function formatDuration(seconds: number | null | undefined): string {
+  if (!finite(seconds) || seconds < 0) {
+    return '—';
+  }
+  const s = Math.floor(seconds);
+  if (s < 60) {
+    return `${s}s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)}m ${pad2(s % 60)}s`;
+  }
+  if (s < 86400) {
+    return `${Math.floor(s / 3600)}h ${pad2(Math.floor((s % 3600) / 60))}m`;
+  }
+  return `${Math.floor(s / 86400)}d ${pad2(Math.floor((s % 86400) / 3600))}h`;
+}
+
+/**
+ * `ETA 3m 05s` for a job that is still going and has an estimate, else ''.
+ */
+export function formatEta(
+  etaSeconds: number | null | undefined,
+  state: string
+): string {
+  if (!isActive(state) || !finite(etaSeconds) || etaSeconds < 0) {
+    return '';
+  }
+  return `ETA ${formatDuration(etaSeconds)}`;
+}
+
+/** Whether the job can still be cancelled (queued, starting or running). */
+export function isActive(state: string): boolean {
+  return (ACTIVE_STATES as readonly string[]).includes(state);
+}
+
+/** Whether the job has ended (succeeded, failed, cancelled or lost). */
+export function isFinal(state: string): boolean {
+  return (FINAL_STATES as readonly string[]).includes(state);
+}
+
+/**
+ * The CSS classes of a state badge: `jp-dl-badge jp-dl-state-<state>`; unknown states get `jp-dl-state-unknown`.
+ */
+export function stateBadgeClass(state: string): string {
+  const known = (JOB_STATES as readonly string[]).includes(state);
+  return `jp-dl-badge jp-dl-state-${known ? state : 'unknown'}`;
+}
+
+/** A fraction clamped to 0..1, or null when unknown. */
+export function clampFraction(fraction: number | null | undefined): number | null {
+  if (!finite(fraction)) {
+    return null;
+  }
+  return Math.min(1, Math.max(0, fraction));
+}
+
+/** `42%`; '' when unknown. */
+export function formatPercent(fraction: number | null | undefined): string {
+  const f = clampFraction(fraction);
+  return f === null ? '' : `${Math.floor(f * 100)}%`;
+}
+
+/** `2 ranks · 2 GPUs` (GPUs left out when none were assigned). */
+export function formatRanks(job: Pick<IJob, 'n' | 'gpus'>): string {
+  const n = finite(job.n) ? job.n : 0;
+  let text = `${n} ${n === 1 ? 'rank' : 'ranks'}`;
+  const gpus = job.gpus?.length ?? 0;
+  if (gpus > 0) {
+    text += ` · ${gpus} ${gpus === 1 ? 'GPU' : 'GPUs'}`;
+  }
+  return text;
+}
+
+/** `epoch 3/10 · step 40/100`, as much as is known; '' when nothing is. */
+export function formatEpochStep(progress: IJob['progress']): string {
+  if (!progress) {
+    return '';
+  }
+  const parts: string[] = [];
+  if (finite(progress.epoch)) {
+    // Epochs are reported zero-based by Keras callbacks; show them one-based like Keras' own progress bar.
+    const epochs = finite(progress.epochs) ? `/${progress.epochs}` : '';
+    parts.push(`epoch ${progress.epoch + 1}${epochs}`);
+  }
+  if (finite(progress.step)) {
+    const steps = finite(progress.steps) ? `/${progress.steps}` : '';
+    parts.push(`step ${progress.step}${steps}`);
+  }
+  return parts.join(' · ');
+}
+
+/** `1.2k samples/s`; '' when unknown. */
+export function formatRate(samplesPerSecond: number | null | undefined): string {
+  if (!finite(samplesPerSecond) || samplesPerSecond < 0) {
+    return '';
+  }
+  let value: string;
+  if (samplesPerSecond >= 1e6) {
+    value = `${(samplesPerSecond / 1e6).toFixed(1)}M`;
+  } else if (samplesPerSecond >= 1e3) {
+    value = `${(samplesPerSecond / 1e3).toFixed(1)}k`;
+  } else if (samplesPerSecond >= 10) {
+    value = `${Math.round(samplesPerSecond)}`;
+  } else {
+    value = samplesPerSecond.toFixed(1);
+  }
+  return `${value} samples/s`;
+}
+
+/** Megabytes as `812 MiB` or `10.2 GiB`; '?' when unknown. */
+export function formatMemory(mb: number | null | undefined): string {
+  if (!finite(mb) || mb < 0) {
+    return '?';
+  }
+  if (mb >= 1024) {
+    return `${(mb / 1024).toFixed(1)} GiB`;
+  }
+  return `${Math.round(mb)} MiB`;
+}
+
+/** A metric value for tables: four significant digits, exponent for very small or large values. */
+export function formatMetric(value: number | null | undefined): string {
+  if (!finite(value)) {
+    return '—';
+  }
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e5)) {
+    return value.toExponential(2);
+  }
+  return String(Number(value.toPrecision(4)));
+}
+
+/** The last path component of a notebook path (`a/b/train.ipynb` -> `train.ipynb`). */
+export function basename(path: string | null | undefined): string {
+  if (!path) {
+    return '';
+  }
+  const parts = path.split('/').filter(p => p.length > 0);
+  return parts.length ? parts[parts.length - 1] : '';
+}
+
+/** A local date and time for unix seconds; '' when unknown. */
+export function formatTimestamp(unixSeconds: number | null | undefined): string {
+  if (!finite(unixSeconds)) {
+    return '';
+  }
+  return new Date(unixSeconds * 1000).toLocaleString();
+}

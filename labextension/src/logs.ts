@@ -1,0 +1,242 @@
+/**
+ * The logs tab: one rank's stdout or stderr, following the tail while the job runs.
+ */
+import { MainAreaWidget } from '@jupyterlab/apputils';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { JobsApi, errorMessage } from './api';
+import { h, setText } from './dom';
+import { formatTimestamp, isFinal } from './format';
+import { jobsIcon } from './icons';
+import { IJob, LogStream } from './model';
+import { followTail } from './tail';
+import { JobWatcher } from './watch';
+
+export const DEFAULT_LOG_TAIL = 500;
+
+/** A DOM id derived from a job id. */
+export function widgetId(kind: string, jobId: string): string {
+  return `jp-dl-${kind}-${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+}
+
+class LogsWatcher extends JobWatcher {
+  constructor(
+    api: JobsApi,
+    job: IJob,
+    private readonly _view: LogsView,
+    interval: number
+  ) {
+    super(api, job, _view, interval);
+  }
+
+  protected fetch(): Promise<void> {
+    return this._view.fetchLogs();
+  }
+
+  protected onJob(job: IJob): void {
+    this._view.onJob(job);
+  }
+
+  protected onError(error: unknown, fatal: boolean): void {
+    this._view.showError(errorMessage(error), fatal);
+  }
+}
+
+export class LogsView extends Widget {
+  constructor(
+    readonly api: JobsApi,
+    private _job: IJob,
+    options: { interval: number; tail: number }
+  ) {
+    super();
+    this.addClass('jp-dl-LogsView');
+    this._tail = Math.max(1, options.tail);
+    this._ranks = Array.from({ length: Math.max(1, _job.n || 1) }, (_, i) => i);
+
+    // Toolbar controls (added to the MainAreaWidget's toolbar by `createLogsWidget`).
+    this.rankSelect = h('select', {
+      className: 'jp-mod-styled jp-dl-rank-select',
+      'aria-label': 'Rank',
+      title: 'Rank'
+    });
+    this.rankSelect.addEventListener('change', () => {
+      this._rank = Number(this.rankSelect.value);
+      this._switched();
+    });
+    this.streamButtons = (['stdout', 'stderr'] as LogStream[]).map(stream => {
+      const button = h(
+        'button',
+        {
+          className: `jp-dl-text-button jp-dl-stream jp-dl-stream-${stream}`,
+          type: 'button',
+          'data-stream': stream,
+          'aria-pressed': String(stream === this._stream)
+        },
+        stream
+      );
+      button.addEventListener('click', () => {
+        if (this._stream !== stream) {
+          this._stream = stream;
+          this._switched();
+        }
+      });
+      return button;
+    });
+    this.status = h('span', { className: 'jp-dl-log-status' });
+    this._renderRanks();
+
+    this._pre = h('pre', { className: 'jp-dl-log-text' });
+    this._message = h('div', { className: 'jp-dl-log-message' });
+    this.node.append(this._message, this._pre);
+    this.node.setAttribute('tabindex', '0');
+
+    this._watcher = new LogsWatcher(api, _job, this, options.interval);
+    this._updateStatus();
+    this._watcher.start();
+  }
+
+  readonly rankSelect: HTMLSelectElement;
+  readonly streamButtons: HTMLButtonElement[];
+  readonly status: HTMLElement;
+
+  get rank(): number {
+    return this._rank;
+  }
+
+  get stream(): LogStream {
+    return this._stream;
+  }
+
+  set interval(ms: number) {
+    this._watcher.interval = ms;
+  }
+
+  set tail(lines: number) {
+    this._tail = Math.max(1, lines);
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._watcher.dispose();
+    super.dispose();
+  }
+
+  /** Called by the watcher on every tick. */
+  async fetchLogs(): Promise<void> {
+    const rank = this._rank;
+    const stream = this._stream;
+    const reply = await this.api.logs(this._job.id, rank, stream, this._tail);
+    if (rank !== this._rank || stream !== this._stream) {
+      return; // The user switched while this was in flight; the switch fetched its own.
+    }
+    if (Array.isArray(reply.ranks) && reply.ranks.length) {
+      const ranks = reply.ranks.slice().sort((a, b) => a - b);
+      if (ranks.join(',') !== this._ranks.join(',')) {
+        this._ranks = ranks;
+        this._renderRanks();
+      }
+    }
+    const text = reply.text ?? '';
+    const force = this._forceScroll;
+    this._forceScroll = false;
+    setText(this._message, '');
+    this._message.classList.remove('jp-mod-error');
+    if (text !== this._text || force) {
+      this._text = text;
+      followTail(
+        this.node,
+        () => {
+          setText(this._pre, text);
+          this._pre.classList.toggle('jp-mod-empty', text.length === 0);
+          if (text.length === 0) {
+            setText(this._pre, `No ${stream} output from rank ${rank} yet.`);
+          }
+        },
+        force
+      );
+    }
+    this._updated = Date.now() / 1000;
+    this._updateStatus();
+  }
+
+  onJob(job: IJob): void {
+    this._job = job;
+    this._updateStatus();
+  }
+
+  showError(message: string, fatal: boolean): void {
+    setText(this._message, fatal ? `${message} (no longer polling)` : message);
+    this._message.classList.add('jp-mod-error');
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this._watcher.fetchNow();
+  }
+
+  private _switched(): void {
+    for (const button of this.streamButtons) {
+      button.setAttribute('aria-pressed', String(button.dataset.stream === this._stream));
+    }
+    this._forceScroll = true;
+    this._text = null;
+    setText(this._pre, '');
+    void this._watcher.fetchNow();
+  }
+
+  private _renderRanks(): void {
+    const select = this.rankSelect;
+    select.textContent = '';
+    if (!this._ranks.includes(this._rank)) {
+      this._ranks = [...this._ranks, this._rank].sort((a, b) => a - b);
+    }
+    for (const rank of this._ranks) {
+      const option = h('option', { value: rank }, `rank ${rank}`);
+      option.selected = rank === this._rank;
+      select.appendChild(option);
+    }
+  }
+
+  private _updateStatus(): void {
+    const job = this._job;
+    const following = isFinal(job.state) ? 'final output' : `following the last ${this._tail} lines`;
+    const updated = this._updated ? ` · updated ${formatTimestamp(this._updated)}` : '';
+    setText(this.status, `${job.state} · ${following}${updated}`);
+  }
+
+  private _watcher: LogsWatcher;
+  private _pre: HTMLElement;
+  private _message: HTMLElement;
+  private _rank = 0;
+  private _stream: LogStream = 'stdout';
+  private _ranks: number[];
+  private _tail: number;
+  private _text: string | null = null;
+  private _forceScroll = true;
+  private _updated = 0;
+}
+
+/** The logs tab for `job`: the view inside a MainAreaWidget with rank and stream controls in its toolbar. */
+export function createLogsWidget(
+  api: JobsApi,
+  job: IJob,
+  options: { interval: number; tail: number }
+): MainAreaWidget<LogsView> {
+  const content = new LogsView(api, job, options);
+  const widget = new MainAreaWidget({ content });
+  widget.id = widgetId('logs', job.id);
+  widget.addClass('jp-dl-logs-widget');
+  widget.title.label = `Logs: ${job.name || job.id}`;
+  widget.title.caption = `Logs of distributed job ${job.name} (${job.id})`;
+  widget.title.icon = jobsIcon;
+  widget.title.closable = true;
+  widget.toolbar.addItem('rank', new Widget({ node: content.rankSelect }));
+  const streams = h('div', { className: 'jp-dl-stream-toggle', role: 'group', 'aria-label': 'Stream' });
+  streams.append(...content.streamButtons);
+  widget.toolbar.addItem('stream', new Widget({ node: streams }));
+  widget.toolbar.addItem('status', new Widget({ node: content.status }));
+  return widget;
+}

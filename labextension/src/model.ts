@@ -1,0 +1,138 @@
+/**
+ * Shapes of the jupyter-dl REST API (served by the jupyter_server extension).
+ *
+ * Types only: no JupyterLab imports, so the pure helpers and their unit tests can use them.
+ */
+
+/** Every state a job can be in; the last four are final. */
+export type JobState =
+  | 'queued'
+  | 'starting'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled'
+  | 'lost';
+
+export const JOB_STATES: readonly JobState[] = [
+  'queued',
+  'starting',
+  'running',
+  'succeeded',
+  'failed',
+  'cancelled',
+  'lost'
+];
+
+export const ACTIVE_STATES: readonly JobState[] = ['queued', 'starting', 'running'];
+
+export const FINAL_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled', 'lost'];
+
+/** Live progress of a job; any field may be missing or null before training reports. */
+export interface IJobProgress {
+  fraction?: number | null;
+  epoch?: number | null;
+  epochs?: number | null;
+  step?: number | null;
+  steps?: number | null;
+  samples_per_s?: number | null;
+  eta_s?: number | null;
+  /** Recent loss values, at most 60. */
+  sparkline?: number[] | null;
+}
+
+/** One distributed run, as `GET jupyter-dl/api/jobs` lists it. */
+export interface IJob {
+  id: string;
+  name: string;
+  user?: string;
+  /** Path relative to the server root, or null when the job was not started from a notebook. */
+  notebook?: string | null;
+  kernel_id?: string | null;
+  state: JobState | string;
+  /** Unix seconds. */
+  created: number;
+  /** State -> unix seconds when it was entered. */
+  timestamps?: { [state: string]: number };
+  /** Number of ranks. */
+  n: number;
+  hosts?: string[];
+  gpus?: Array<string | number>;
+  options?: { [key: string]: unknown };
+  error?: string | null;
+  /** Seconds. */
+  elapsed?: number | null;
+  progress?: IJobProgress | null;
+}
+
+export interface IJobList {
+  jobs: IJob[];
+}
+
+/** `DELETE jupyter-dl/api/jobs/{id}` reply. */
+export interface ICancelReply {
+  id: string;
+  state: string;
+}
+
+export type MetricKind = 'begin' | 'batch' | 'epoch' | 'throughput' | 'end';
+
+/** One record of `GET jupyter-dl/api/jobs/{id}/metrics`. */
+export interface IMetricRecord {
+  kind: MetricKind | string;
+  t?: number;
+  rank?: number;
+  /** Zero-based epoch index (batch, epoch, throughput). */
+  epoch?: number;
+  /** One-based step within the epoch (batch). */
+  step?: number;
+  /** Steps per epoch when known (begin, batch). */
+  steps?: number | null;
+  /** Epochs (begin). */
+  epochs?: number | null;
+  /** batch: Keras running means within the epoch; epoch: the epoch's logs. */
+  logs?: { [key: string]: number };
+  [key: string]: unknown;
+}
+
+export interface IMetricsPage {
+  records: IMetricRecord[];
+  /** The `since` to ask for next time. */
+  next: number;
+}
+
+export type LogStream = 'stdout' | 'stderr';
+
+export interface ILogsReply {
+  rank: number;
+  ranks: number[];
+  stream: LogStream | string;
+  text: string;
+}
+
+export interface ICluster {
+  cluster_id: string;
+  profile: string;
+  engines: number;
+  running: boolean;
+}
+
+export interface IGpu {
+  index: number;
+  name: string;
+  /** Percent, 0..100. */
+  utilization?: number | null;
+  memory_used_mb?: number | null;
+  memory_total_mb?: number | null;
+}
+
+export interface IClusterInfo {
+  clusters: ICluster[];
+  gpus: IGpu[];
+}
+
+/** The error body the server sends with a non-2xx status. */
+export interface IErrorBody {
+  code: string;
+  message: string;
+}

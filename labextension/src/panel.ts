@@ -1,0 +1,424 @@
+/**
+ * The "Distributed jobs" sidebar: the job list, the cluster and an empty state.
+ */
+import { refreshIcon } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { h, placeAt, setAttr, setText, svg, toggleChild } from './dom';
+import {
+  basename,
+  clampFraction,
+  formatDuration,
+  formatEpochStep,
+  formatEta,
+  formatMemory,
+  formatMetric,
+  formatPercent,
+  formatRanks,
+  formatRate,
+  formatTimestamp,
+  isActive,
+  stateBadgeClass
+} from './format';
+import { jobsIcon } from './icons';
+import { JobsModel } from './jobsModel';
+import { IClusterInfo, IJob } from './model';
+import { lastValue, sparklinePath } from './sparkline';
+
+export const PANEL_ID = 'jp-dl-jobs-panel';
+
+const SPARK_W = 72;
+const SPARK_H = 18;
+
+export namespace JobsPanel {
+  /** What the row buttons do; the plugin wires these to commands. */
+  export interface IActions {
+    cancel(job: IJob): void;
+    logs(job: IJob): void;
+    plot(job: IJob): void;
+    openNotebook(job: IJob): void;
+    refresh(): void;
+    gettingStarted(): void;
+  }
+}
+
+export class JobsPanel extends Widget {
+  constructor(
+    readonly model: JobsModel,
+    private readonly _actions: JobsPanel.IActions
+  ) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('jp-dl-JobsPanel');
+    this.title.icon = jobsIcon;
+    this.title.caption = 'Distributed jobs';
+
+    const refresh = h('button', {
+      className: 'jp-dl-icon-button jp-dl-refresh',
+      type: 'button',
+      title: 'Refresh',
+      'aria-label': 'Refresh distributed jobs'
+    });
+    refresh.appendChild(refreshIcon.element({ tag: 'span' }));
+    refresh.addEventListener('click', () => this._actions.refresh());
+    this._summary = h('span', { className: 'jp-dl-summary' });
+    const header = h(
+      'div',
+      { className: 'jp-dl-header' },
+      h('h2', { className: 'jp-dl-title' }, 'Distributed jobs'),
+      this._summary,
+      refresh
+    );
+
+    this._errorBanner = h('div', { className: 'jp-dl-error-banner', role: 'alert' });
+    this._loading = h('div', { className: 'jp-dl-loading' }, 'Loading jobs…');
+    this._empty = this._buildEmpty();
+    this._list = h('ul', { className: 'jp-dl-jobs', 'aria-label': 'Distributed jobs' });
+    this._clusterBody = h('div', { className: 'jp-dl-cluster-body' });
+    this._cluster = h(
+      'details',
+      { className: 'jp-dl-cluster', open: true },
+      h('summary', {}, 'Cluster'),
+      this._clusterBody
+    );
+    this._body = h('div', { className: 'jp-dl-body' }, this._loading);
+    this.node.append(header, this._body);
+    this._render();
+    model.changed.connect(this._render, this);
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.model.changed.disconnect(this._render, this);
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.model.refresh();
+  }
+
+  private _buildEmpty(): HTMLElement {
+    const start = h('button', { className: 'jp-dl-text-button', type: 'button' }, 'Getting started');
+    start.addEventListener('click', () => this._actions.gettingStarted());
+    return h(
+      'div',
+      { className: 'jp-dl-empty' },
+      h('p', { className: 'jp-dl-empty-title' }, 'No distributed jobs yet'),
+      h('p', {}, 'In a notebook, load the extension once:'),
+      h('pre', {}, '%load_ext jupyter_dl'),
+      h('p', {}, 'then put the magic on top of an unchanged Keras cell:'),
+      h('pre', {}, '%%distribute -n 2\nmodel.fit(...)'),
+      h('p', {}, 'The job shows up here with its progress, logs and loss plot.'),
+      start
+    );
+  }
+
+  private _render(): void {
+    const model = this.model;
+    const jobs = model.jobs;
+
+    setText(this._errorBanner, model.error ?? '');
+    toggleChild(this._body, this._errorBanner, !!model.error, this._body.firstElementChild);
+    toggleChild(this._body, this._loading, !model.loaded && !model.error);
+    toggleChild(this._body, this._empty, model.loaded && jobs.length === 0 && !model.error);
+    toggleChild(this._body, this._list, jobs.length > 0);
+    // The cluster section always comes last.
+    toggleChild(this._body, this._cluster, model.loaded || model.cluster !== null);
+    if (this._cluster.parentElement === this._body && this._body.lastElementChild !== this._cluster) {
+      this._body.appendChild(this._cluster);
+    }
+
+    const active = jobs.filter(job => isActive(job.state)).length;
+    setText(
+      this._summary,
+      model.loaded ? `${active} active · ${jobs.length} total` : ''
+    );
+
+    const seen = new Set<string>();
+    jobs.forEach((job, index) => {
+      seen.add(job.id);
+      let row = this._rows.get(job.id);
+      if (!row) {
+        row = new JobRow(this._actions);
+        this._rows.set(job.id, row);
+      }
+      row.update(job, model.isCancelling(job.id));
+      placeAt(this._list, row.node, index);
+    });
+    for (const [id, row] of this._rows) {
+      if (!seen.has(id)) {
+        row.node.remove();
+        this._rows.delete(id);
+      }
+    }
+    this._renderCluster(model.cluster, model.clusterError);
+  }
+
+  private _renderCluster(info: IClusterInfo | null, error: string | null): void {
+    const signature = JSON.stringify([info, error]);
+    if (signature === this._clusterSignature) {
+      return;
+    }
+    this._clusterSignature = signature;
+    const body = this._clusterBody;
+    body.textContent = '';
+    if (error && !info) {
+      body.appendChild(h('div', { className: 'jp-dl-muted' }, `Cluster status unavailable: ${error}`));
+      return;
+    }
+    if (!info) {
+      return;
+    }
+    if (info.clusters.length === 0) {
+      body.appendChild(
+        h('div', { className: 'jp-dl-muted' }, 'No cluster running; %%distribute starts one.')
+      );
+    }
+    for (const cluster of info.clusters) {
+      const engines = cluster.engines ?? 0;
+      body.appendChild(
+        h(
+          'div',
+          {
+            className: 'jp-dl-cluster-row',
+            'data-cluster-id': cluster.cluster_id,
+            'data-running': String(!!cluster.running),
+            title: `cluster ${cluster.cluster_id}`
+          },
+          h('span', {
+            className: `jp-dl-dot ${cluster.running ? 'jp-dl-dot-on' : 'jp-dl-dot-off'}`
+          }),
+          h('span', { className: 'jp-dl-cluster-profile' }, cluster.profile || cluster.cluster_id),
+          h(
+            'span',
+            { className: 'jp-dl-cluster-engines' },
+            `${engines} ${engines === 1 ? 'engine' : 'engines'}${cluster.running ? '' : ' · stopped'}`
+          )
+        )
+      );
+    }
+    if (info.gpus.length === 0) {
+      body.appendChild(h('div', { className: 'jp-dl-muted' }, 'No GPUs found (CPU only).'));
+    }
+    for (const gpu of info.gpus) {
+      const util = clampFraction(
+        typeof gpu.utilization === 'number' ? gpu.utilization / 100 : null
+      );
+      const used = gpu.memory_used_mb;
+      const total = gpu.memory_total_mb;
+      const mem = clampFraction(
+        typeof used === 'number' && typeof total === 'number' && total > 0 ? used / total : null
+      );
+      body.appendChild(
+        h(
+          'div',
+          { className: 'jp-dl-gpu', 'data-gpu-index': gpu.index },
+          h('div', { className: 'jp-dl-gpu-name' }, `GPU ${gpu.index} · ${gpu.name}`),
+          meter('util', util, util === null ? '?' : formatPercent(util)),
+          meter('mem', mem, `${formatMemory(used)} / ${formatMemory(total)}`)
+        )
+      );
+    }
+  }
+
+  private _summary: HTMLElement;
+  private _errorBanner: HTMLElement;
+  private _loading: HTMLElement;
+  private _empty: HTMLElement;
+  private _list: HTMLUListElement;
+  private _cluster: HTMLElement;
+  private _clusterBody: HTMLElement;
+  private _body: HTMLElement;
+  private _rows = new Map<string, JobRow>();
+  private _clusterSignature = '';
+}
+
+function meter(label: string, fraction: number | null, text: string): HTMLElement {
+  const fill = h('div', { className: 'jp-dl-meter-fill' });
+  fill.style.width = `${((fraction ?? 0) * 100).toFixed(1)}%`;
+  return h(
+    'div',
+    { className: `jp-dl-meter jp-dl-meter-${label}`, 'data-fraction': fraction === null ? '' : fraction },
+    h('span', { className: 'jp-dl-meter-label' }, label),
+    h('div', { className: 'jp-dl-meter-track' }, fill),
+    h('span', { className: 'jp-dl-meter-text' }, text)
+  );
+}
+
+/** One job's row; built once, updated in place on every poll so buttons keep focus. */
+class JobRow {
+  constructor(private readonly _actions: JobsPanel.IActions) {
+    this._name = h('span', { className: 'jp-dl-job-name' });
+    this._badge = h('span', {});
+    this._notebook = h('span', { className: 'jp-dl-job-notebook' });
+    this._ranks = h('span', { className: 'jp-dl-job-ranks' });
+    this._fill = h('div', { className: 'jp-dl-job-progress-fill' });
+    this._progress = h(
+      'div',
+      {
+        className: 'jp-dl-job-progress',
+        role: 'progressbar',
+        'aria-valuemin': 0,
+        'aria-valuemax': 100
+      },
+      this._fill
+    );
+    this._percent = h('span', { className: 'jp-dl-job-percent' });
+    this._sparkPath = svg('path', { class: 'jp-dl-sparkline-path' });
+    this._spark = svg('svg', {
+      class: 'jp-dl-sparkline',
+      width: SPARK_W,
+      height: SPARK_H,
+      viewBox: `0 0 ${SPARK_W} ${SPARK_H}`
+    });
+    this._sparkTitle = svg('title');
+    this._spark.append(this._sparkTitle, this._sparkPath);
+    this._epoch = h('span', { className: 'jp-dl-job-epoch' });
+    this._elapsed = h('span', { className: 'jp-dl-job-elapsed' });
+    this._eta = h('span', { className: 'jp-dl-job-eta' });
+    this._rate = h('span', { className: 'jp-dl-job-rate' });
+    this._error = h('div', { className: 'jp-dl-job-error' });
+
+    this._logs = this._button('jp-dl-logs', 'Logs', 'Show the ranks’ output', job =>
+      this._actions.logs(job)
+    );
+    this._plot = this._button('jp-dl-plot', 'Loss plot', 'Plot loss per step and per epoch', job =>
+      this._actions.plot(job)
+    );
+    this._open = this._button('jp-dl-open', 'Notebook', 'Open the notebook that started this job', job =>
+      this._actions.openNotebook(job)
+    );
+    this._cancel = this._button('jp-dl-cancel', 'Cancel', 'Cancel this job', job =>
+      this._actions.cancel(job)
+    );
+    this._actionBar = h('div', { className: 'jp-dl-job-actions' }, this._logs, this._plot);
+
+    this._stats = h(
+      'div',
+      { className: 'jp-dl-job-stats' },
+      this._spark,
+      this._epoch,
+      this._rate,
+      this._elapsed,
+      this._eta
+    );
+    this.node = h(
+      'li',
+      { className: 'jp-dl-job' },
+      h('div', { className: 'jp-dl-job-head' }, this._name, this._badge),
+      h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._ranks),
+      h('div', { className: 'jp-dl-job-progress-row' }, this._progress, this._percent),
+      this._stats,
+      this._actionBar
+    );
+  }
+
+  readonly node: HTMLLIElement;
+
+  update(job: IJob, cancelling: boolean): void {
+    this._job = job;
+    const node = this.node;
+    const progress = job.progress ?? {};
+    setAttr(node, 'data-job-id', job.id);
+    setAttr(node, 'data-state', job.state);
+    node.classList.toggle('jp-mod-cancelling', cancelling);
+    node.classList.toggle('jp-mod-active', isActive(job.state));
+
+    setText(this._name, job.name || job.id);
+    const details = [
+      `id ${job.id}`,
+      job.user ? `user ${job.user}` : '',
+      job.created ? `created ${formatTimestamp(job.created)}` : '',
+      job.hosts?.length ? `hosts ${job.hosts.join(', ')}` : '',
+      job.gpus?.length ? `GPUs ${job.gpus.join(', ')}` : ''
+    ].filter(Boolean);
+    setAttr(this._name, 'title', `${job.name}\n${details.join('\n')}`);
+
+    const badgeClass = stateBadgeClass(job.state);
+    if (this._badge.className !== badgeClass) {
+      this._badge.className = badgeClass;
+    }
+    setText(this._badge, cancelling && isActive(job.state) ? 'cancelling' : job.state);
+
+    setText(this._notebook, job.notebook ? basename(job.notebook) : 'no notebook');
+    setAttr(this._notebook, 'title', job.notebook ?? 'Not started from a notebook');
+    this._notebook.classList.toggle('jp-dl-muted', !job.notebook);
+    setText(this._ranks, formatRanks(job));
+
+    const fraction = clampFraction(progress.fraction);
+    setAttr(this._progress, 'data-fraction', fraction === null ? '' : String(fraction));
+    setAttr(this._progress, 'aria-valuenow', fraction === null ? null : String(Math.round(fraction * 100)));
+    this._progress.classList.toggle(
+      'jp-mod-indeterminate',
+      fraction === null && isActive(job.state)
+    );
+    const width = `${((fraction ?? 0) * 100).toFixed(1)}%`;
+    if (this._fill.style.width !== width) {
+      this._fill.style.width = width;
+    }
+    setText(this._percent, formatPercent(fraction));
+
+    const spark = progress.sparkline ?? [];
+    setAttr(this._sparkPath, 'd', sparklinePath(spark, SPARK_W, SPARK_H, 2));
+    const last = lastValue(spark);
+    setText(this._sparkTitle, last === null ? 'no loss yet' : `loss ${formatMetric(last)}`);
+    this._spark.classList.toggle('jp-mod-empty', spark.length === 0);
+
+    setText(this._epoch, formatEpochStep(progress));
+    setText(this._rate, isActive(job.state) ? formatRate(progress.samples_per_s) : '');
+    setText(this._elapsed, `${formatDuration(job.elapsed)} elapsed`);
+    setText(this._eta, formatEta(progress.eta_s, job.state));
+
+    setText(this._error, job.error ?? '');
+    setAttr(this._error, 'title', job.error ?? null);
+    toggleChild(this.node, this._error, !!job.error, this._actionBar);
+
+    toggleChild(this._actionBar, this._open, !!job.notebook, this._cancel);
+    toggleChild(this._actionBar, this._cancel, isActive(job.state));
+    this._cancel.disabled = cancelling;
+    setText(this._cancel, cancelling ? 'Cancelling…' : 'Cancel');
+  }
+
+  private _button(
+    cls: string,
+    label: string,
+    title: string,
+    action: (job: IJob) => void
+  ): HTMLButtonElement {
+    const button = h('button', { className: `jp-dl-text-button ${cls}`, type: 'button', title }, label);
+    button.addEventListener('click', event => {
+      event.stopPropagation();
+      if (this._job) {
+        action(this._job);
+      }
+    });
+    return button;
+  }
+
+  private _job: IJob | null = null;
+  private _name: HTMLElement;
+  private _badge: HTMLElement;
+  private _notebook: HTMLElement;
+  private _ranks: HTMLElement;
+  private _progress: HTMLElement;
+  private _fill: HTMLElement;
+  private _percent: HTMLElement;
+  private _spark: SVGSVGElement;
+  private _sparkPath: SVGPathElement;
+  private _sparkTitle: SVGTitleElement;
+  private _stats: HTMLElement;
+  private _epoch: HTMLElement;
+  private _rate: HTMLElement;
+  private _elapsed: HTMLElement;
+  private _eta: HTMLElement;
+  private _error: HTMLElement;
+  private _actionBar: HTMLElement;
+  private _logs: HTMLButtonElement;
+  private _plot: HTMLButtonElement;
+  private _open: HTMLButtonElement;
+  private _cancel: HTMLButtonElement;
+}

@@ -1,0 +1,103 @@
+/**
+ * Shared by the logs and loss plot tabs: a poll that runs while its widget is visible and stops once the job has
+ * ended and one more fetch has seen its final output.
+ */
+import { Poll } from '@lumino/polling';
+import { Widget } from '@lumino/widgets';
+
+import { ApiError, JobsApi } from './api';
+import { isFinal } from './format';
+import { IJob } from './model';
+import { MAX_BACKOFF, MIN_POLL_INTERVAL } from './jobsModel';
+
+export abstract class JobWatcher {
+  constructor(
+    readonly api: JobsApi,
+    protected job: IJob,
+    private readonly _widget: Widget,
+    interval: number
+  ) {
+    const ms = Math.max(MIN_POLL_INTERVAL, interval);
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this._tick(),
+      frequency: { interval: ms, backoff: true, max: Math.max(MAX_BACKOFF, ms) },
+      name: `jupyter-dl:watch:${job.id}`,
+      standby: () => (this._widget.isVisible ? 'when-hidden' : true)
+    });
+    this._done = isFinal(job.state);
+  }
+
+  /** Starts polling (the first tick fetches at once if the widget is visible). */
+  start(): void {
+    void this._poll.start();
+  }
+
+  /** Fetches now, out of turn, whether or not the job has ended. */
+  async fetchNow(): Promise<void> {
+    try {
+      await this._tick(true);
+    } catch {
+      // Reported through onError.
+    }
+  }
+
+  set interval(ms: number) {
+    const interval = Math.max(MIN_POLL_INTERVAL, ms);
+    this._poll.frequency = { ...this._poll.frequency, interval, max: Math.max(MAX_BACKOFF, interval) };
+  }
+
+  get stopped(): boolean {
+    return this._stopped;
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+  }
+
+  /** Fetches the tab's data; called on every tick. */
+  protected abstract fetch(): Promise<void>;
+
+  /** The job changed (state, progress). */
+  protected abstract onJob(job: IJob): void;
+
+  /** A request failed; `fatal` when the job is gone and polling stopped. */
+  protected abstract onError(error: unknown, fatal: boolean): void;
+
+  private async _tick(manual = false): Promise<void> {
+    const wasDone = this._done;
+    try {
+      const [, job] = await Promise.all([
+        this.fetch(),
+        wasDone ? Promise.resolve(null) : this.api.getJob(this.job.id)
+      ]);
+      if (job) {
+        this.job = job;
+        this.onJob(job);
+        this._done = isFinal(job.state);
+      }
+    } catch (error) {
+      const gone = error instanceof ApiError && error.status === 404;
+      if (gone) {
+        this._stop();
+      }
+      this.onError(error, gone);
+      throw error;
+    }
+    // The job had already ended before this fetch started, so this fetch saw everything: stop polling.
+    if (wasDone && !manual) {
+      this._stop();
+    }
+  }
+
+  private _stop(): void {
+    if (!this._stopped) {
+      this._stopped = true;
+      void this._poll.stop();
+    }
+  }
+
+  private _poll: Poll;
+  private _done: boolean;
+  private _stopped = false;
+}

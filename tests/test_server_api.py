@@ -1,0 +1,106 @@
+"""The REST API through a real jupyter_server (pytest-jupyter's jp_fetch), over a real job store on disk."""
+import json
+import subprocess
+import sys
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_dl.jobs import Job
+from jupyter_dl.jobs.store import JobStore
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return JobStore(root=str(tmp_path / "jobs"))
+
+
+@pytest.fixture
+def jp_server_config(store):
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_dl": True}}, "JobStore": {"root": store.root}}
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _add(store, name, state="running", **kwargs):
+    job = Job(name=name, n=2, **kwargs)
+    job.transition(state)
+    store.save(job)
+    return job
+
+
+async def _json(response):
+    return json.loads(response.body.decode())
+
+
+async def test_list_filter_and_get(jp_fetch, store):
+    done = _add(store, "done", "succeeded")
+    running = _add(store, "live", "running")
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs"))
+    assert [j["name"] for j in body["jobs"]] == ["live", "done"]  # newest first
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", params={"state": "running"}))
+    assert [j["id"] for j in body["jobs"]] == [running.id]
+    job = await _json(await jp_fetch("jupyter-dl", "api", "jobs", done.id))
+    assert job["state"] == "succeeded" and job["n"] == 2 and "elapsed" in job
+
+
+async def test_errors_are_json_with_code_and_status(jp_fetch, store):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", "nosuchjob")
+    assert err.value.code == 404
+    assert json.loads(err.value.response.body)["code"] == "not_found"
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", params={"state": "sleeping"})
+    assert err.value.code == 400 and "unknown state" in json.loads(err.value.response.body)["message"]
+    done = _add(store, "done", "succeeded")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", done.id, method="DELETE")
+    assert err.value.code == 409 and json.loads(err.value.response.body)["code"] == "not_running"
+
+
+@pytest.mark.parametrize("path", [("jobs",), ("jobs", "abc"), ("jobs", "abc", "metrics"), ("jobs", "abc", "logs"),
+                                  ("cluster",)])
+async def test_unauthenticated_requests_are_refused(jp_fetch, path):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", *path, headers={"Authorization": "token wrong"})
+    assert err.value.code == 403
+    assert json.loads(err.value.response.body)["code"] == "forbidden"
+
+
+async def test_unauthenticated_cancel_is_refused_and_changes_nothing(jp_fetch, store):
+    job = _add(store, "live", "running")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, method="DELETE", headers={"Authorization": "token no"})
+    assert err.value.code == 403
+    assert not store.cancel_requested(job.id)
+
+
+async def test_a_job_whose_kernel_died_is_lost_not_running(jp_fetch, store):
+    job = _add(store, "orphan", "running", kernel_pid=_dead_pid())
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id))
+    assert body["state"] == "lost"
+    assert store.load(job.id).state == "lost"  # persisted, survives a server restart
+
+
+async def test_metrics_since_and_logs_tail(jp_fetch, store):
+    job = _add(store, "m", "running")
+    store.append_metrics(job.id, [{"kind": "batch", "step": i} for i in range(5)])
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics", params={"since": 3}))
+    assert [r["step"] for r in body["records"]] == [3, 4] and body["next"] == 5
+    store.write_logs(job.id, {0: "a\nb\nc\n", 1: "x\n"})
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "logs", params={"rank": 0, "tail": 2}))
+    assert body["text"] == "b\nc\n" and body["ranks"] == [0, 1]
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "logs", params={"rank": 7})
+    assert err.value.code == 404
+
+
+async def test_cluster_endpoint(jp_fetch):
+    body = await _json(await jp_fetch("jupyter-dl", "api", "cluster"))
+    assert isinstance(body["clusters"], list) and body["gpus"] == []  # no GPU on this machine
