@@ -26,6 +26,34 @@ def _cluster_parser():
     return p
 
 
+def _jobs_parser():
+    p = _Parser(prog="%dl_jobs", add_help=False)
+    sub = p.add_subparsers(dest="action", parser_class=_Parser)
+    listing = sub.add_parser("list", add_help=False)
+    listing.add_argument("--state", default=None)
+    cancel = sub.add_parser("cancel", add_help=False)
+    cancel.add_argument("job_id")
+    logs = sub.add_parser("logs", add_help=False)
+    logs.add_argument("job_id")
+    logs.add_argument("--rank", type=int, default=0)
+    logs.add_argument("--tail", type=int, default=None)
+    logs.add_argument("--stderr", action="store_true")
+    return p
+
+
+def format_jobs(jobs) -> str:
+    if not jobs:
+        return "no jobs yet; put %%distribute -n 2 on top of a Keras cell to start one"
+    rows = [("ID", "NAME", "STATE", "RANKS", "PROGRESS", "ELAPSED", "NOTEBOOK")]
+    for job in jobs:
+        fraction = (job.get("progress") or {}).get("fraction")
+        rows.append((job["id"], job["name"], job["state"], str(job["n"]),
+                     "-" if fraction is None else f"{fraction:.0%}", f"{job['elapsed']:.1f}s",
+                     job.get("notebook") or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
 def format_status(status: dict) -> str:
     if not status.get("running"):
         return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
@@ -59,6 +87,24 @@ class DistributeMagics(Magics):
                 cluster.stop()
                 print("cluster stopped")
         except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+
+    @line_magic
+    def dl_jobs(self, line):
+        """%dl_jobs [list [--state S]] | cancel ID | logs ID [--rank N] [--tail N] [--stderr]"""
+        from .server.service import JobService, ServiceError
+
+        service = JobService(self.session.store)
+        try:
+            args = _jobs_parser().parse_args(shlex.split(line))
+            if args.action in (None, "list"):
+                print(format_jobs(service.list_jobs(getattr(args, "state", None))))
+            elif args.action == "cancel":
+                print(f"job {args.job_id}: {service.cancel(args.job_id)['state']}")
+            else:
+                print(service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
+                      end="")
+        except (UsageError, ServiceError) as exc:
             raise IPythonUsageError(str(exc)) from None
 
     @cell_magic

@@ -187,3 +187,20 @@ def test_cluster_magics(shell, capsys):
     assert "UsageError" in capsys.readouterr().err
     run(shell, "%dl_cluster connect --profile does-not-exist-xyz")
     assert "already in use" in capsys.readouterr().err
+
+
+def test_dl_jobs_lists_shows_logs_and_refuses_bad_ids(shell, capsys):
+    assert run(shell, "%%distribute -n 2 --manual --name listed\nprint('line from rank0')").success
+    capsys.readouterr()
+    run(shell, "%dl_jobs")
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["ID", "NAME", "STATE"]
+    row = next(line for line in table.splitlines() if " listed " in line)
+    job_id = row.split()[0]
+    assert "succeeded" in row
+    run(shell, f"%dl_jobs logs {job_id} --rank 0")
+    assert "line from rank0" in capsys.readouterr().out
+    run(shell, f"%dl_jobs cancel {job_id}")
+    assert "already succeeded" in capsys.readouterr().err
+    run(shell, "%dl_jobs cancel nosuchjob")
+    assert "no job 'nosuchjob'" in capsys.readouterr().err

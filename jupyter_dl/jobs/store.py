@@ -40,6 +40,7 @@ class JobStore(Configurable):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._last_save = {}
+        self._records = {}  # job id -> (mtime_ns, size, parsed job.json): a poller re-reads only what changed
 
     def job_dir(self, job_id) -> pathlib.Path:
         return pathlib.Path(self.root) / job_id
@@ -122,17 +123,35 @@ class JobStore(Configurable):
             return []
         return sorted({int(p.name[4:].split(".")[0]) for p in directory.glob("rank*.log")})
 
-    def list(self):
-        root = pathlib.Path(self.root)
-        if not root.exists():
+    def records(self):
+        """Every job.json as a dict, oldest first; unchanged files come from memory (one stat per job)."""
+        out, seen = [], set()
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
             return []
-        jobs = []
-        for child in root.iterdir():
+        for entry in entries:
+            path = os.path.join(entry.path, "job.json")
             try:
-                jobs.append(self.load(child.name))
-            except (OSError, ValueError):
+                st = os.stat(path)
+            except OSError:
                 continue  # a job being created or removed right now
-        return sorted(jobs, key=lambda j: j.created)
+            seen.add(entry.name)
+            cached = self._records.get(entry.name)
+            if cached is None or cached[:2] != (st.st_mtime_ns, st.st_size):
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        cached = (st.st_mtime_ns, st.st_size, json.load(f))
+                except (OSError, ValueError):
+                    continue
+                self._records[entry.name] = cached
+            out.append(cached[2])
+        for gone in set(self._records) - seen:
+            del self._records[gone]
+        return sorted(out, key=lambda r: r["created"])
+
+    def list(self):
+        return [Job.from_dict(r) for r in self.records()]
 
     def prune(self):
         """Apply the retention settings to finished jobs."""

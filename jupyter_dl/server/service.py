@@ -2,7 +2,9 @@
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
-from ..jobs import STATES
+import time
+
+from ..jobs import FINAL_STATES, STATES, Job
 
 
 class ServiceError(Exception):
@@ -48,10 +50,18 @@ class JobService:
             unknown = wanted - set(STATES)
             if unknown:
                 raise BadRequest(f"unknown state(s) {sorted(unknown)}; use any of {', '.join(STATES)}")
-        jobs = self.store.list()
-        self.store.reap_lost(jobs)
-        jobs = [j for j in jobs if wanted is None or j.state in wanted]
-        return [j.to_dict() for j in sorted(jobs, key=lambda j: j.created, reverse=True)]
+        records = self.store.records()
+        # Only unfinished jobs can have lost their kernel; finished ones are served as stored.
+        unfinished = [Job.from_dict(r) for r in records if r["state"] not in FINAL_STATES]
+        lost = {job.id: job.to_dict() for job in self.store.reap_lost(unfinished)}
+        now = time.time()
+        out = []
+        for record in reversed(records):  # newest first
+            record = lost.get(record["id"], record)
+            if wanted is None or record["state"] in wanted:
+                out.append(record if "elapsed" in record and record["state"] in FINAL_STATES
+                           else {**record, "elapsed": _elapsed(record, now)})
+        return out
 
     def get(self, job_id):
         job = self._job(job_id)
@@ -87,6 +97,12 @@ class JobService:
         from .cluster_info import clusters, gpu_stats
 
         return {"clusters": clusters(), "gpus": gpu_stats()}
+
+
+def _elapsed(record, now):
+    stamps = record.get("timestamps", {})
+    end = next((stamps[s] for s in FINAL_STATES if s in stamps), now)
+    return end - stamps.get("starting", record.get("created", now))
 
 
 def _non_negative_int(value, name):

@@ -121,7 +121,7 @@ export class JobsPanel extends Widget {
     const model = this.model;
     const jobs = model.jobs;
 
-    setText(this._errorBanner, model.error ?? '');
+    setText(this._errorBanner, model.error ? `Cannot list jobs: ${model.error}` : '');
     toggleChild(this._body, this._errorBanner, !!model.error, this._body.firstElementChild);
     toggleChild(this._body, this._loading, !model.loaded && !model.error);
     toggleChild(this._body, this._empty, model.loaded && jobs.length === 0 && !model.error);
@@ -133,10 +133,8 @@ export class JobsPanel extends Widget {
     }
 
     const active = jobs.filter(job => isActive(job.state)).length;
-    setText(
-      this._summary,
-      model.loaded ? `${active} active · ${jobs.length} total` : ''
-    );
+    setText(this._summary, model.loaded ? `${active} active` : '');
+    setAttr(this._summary, 'title', model.loaded ? `${active} active of ${jobs.length} jobs` : null);
 
     const seen = new Set<string>();
     jobs.forEach((job, index) => {
