@@ -332,7 +332,8 @@ class _MetricsFeed:
             if self.store is not None:
                 self.store.append_metrics(self.job.id, records)
                 self.store.save(self.job, progress_only=not final)
-        if records or final:
+        # Also when nothing new came: a view that skipped a redraw (throttled) draws it now, not at the next flush.
+        if records or final or self.state.has_undrawn():
             for observer in self.observers:
                 observer.update(self.state, force=final)
         now = time.monotonic()

@@ -90,6 +90,9 @@ class TrainingState:
             self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(self.global_step, value)
 
     # --------------------------------------------------------------------------------------------- output
+    def has_undrawn(self):
+        return bool(self._undrawn)
+
     def take_undrawn(self):
         """Engine end times of the batches that arrived since the last call (the view draws them now)."""
         undrawn, self._undrawn = self._undrawn, []

@@ -85,18 +85,20 @@ export function formatRanks(job: Pick<IJob, 'n' | 'gpus'>): string {
   return text;
 }
 
-/** `epoch 3/10 · step 40/100`, as much as is known; '' when nothing is. */
+/**
+ * `epoch 3/10 · step 40/100`, as much as is known; '' when nothing is. `progress.epoch` is one-based as the server
+ * reports it (the epoch in progress), 0 before the first batch.
+ */
 export function formatEpochStep(progress: IJob['progress']): string {
   if (!progress) {
     return '';
   }
   const parts: string[] = [];
-  if (finite(progress.epoch)) {
-    // Epochs are reported zero-based by Keras callbacks; show them one-based like Keras' own progress bar.
+  if (finite(progress.epoch) && progress.epoch > 0) {
     const epochs = finite(progress.epochs) ? `/${progress.epochs}` : '';
-    parts.push(`epoch ${progress.epoch + 1}${epochs}`);
+    parts.push(`epoch ${progress.epoch}${epochs}`);
   }
-  if (finite(progress.step)) {
+  if (finite(progress.step) && progress.step > 0) {
     const steps = finite(progress.steps) ? `/${progress.steps}` : '';
     parts.push(`step ${progress.step}${steps}`);
   }

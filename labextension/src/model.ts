@@ -31,12 +31,17 @@ export const FINAL_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancel
 /** Live progress of a job; any field may be missing or null before training reports. */
 export interface IJobProgress {
   fraction?: number | null;
+  /** One-based epoch in progress; 0 before the first batch. */
   epoch?: number | null;
   epochs?: number | null;
   step?: number | null;
   steps?: number | null;
   samples_per_s?: number | null;
   eta_s?: number | null;
+  global_step?: number | null;
+  total_steps?: number | null;
+  /** Unix seconds of the last progress update. */
+  updated?: number | null;
   /** Recent loss values, at most 60. */
   sparkline?: number[] | null;
 }

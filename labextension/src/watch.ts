@@ -10,6 +10,10 @@ import { isFinal } from './format';
 import { IJob } from './model';
 import { MAX_BACKOFF, MIN_POLL_INTERVAL } from './jobsModel';
 
+function isNotFound(error: unknown): boolean {
+  return error instanceof ApiError && error.status === 404;
+}
+
 export abstract class JobWatcher {
   constructor(
     readonly api: JobsApi,
@@ -66,23 +70,31 @@ export abstract class JobWatcher {
 
   private async _tick(manual = false): Promise<void> {
     const wasDone = this._done;
-    try {
-      const [, job] = await Promise.all([
-        this.fetch(),
-        wasDone ? Promise.resolve(null) : this.api.getJob(this.job.id)
-      ]);
-      if (job) {
-        this.job = job;
-        this.onJob(job);
-        this._done = isFinal(job.state);
+    const [data, job] = await Promise.allSettled([
+      this.fetch(),
+      wasDone ? Promise.resolve(null) : this.api.getJob(this.job.id)
+    ]);
+    if (job.status === 'fulfilled' && job.value) {
+      this.job = job.value;
+      this.onJob(job.value);
+      this._done = isFinal(job.value.state);
+    }
+    const failure =
+      job.status === 'rejected' ? job.reason : data.status === 'rejected' ? data.reason : null;
+    if (failure !== null) {
+      // Only the job itself being gone is final; a 404 for the data (say, a rank with no log yet) is not.
+      let gone = job.status === 'rejected' && isNotFound(job.reason);
+      if (!gone && data.status === 'rejected' && isNotFound(data.reason) && wasDone) {
+        gone = await this.api.getJob(this.job.id).then(
+          () => false,
+          reason => isNotFound(reason)
+        );
       }
-    } catch (error) {
-      const gone = error instanceof ApiError && error.status === 404;
       if (gone) {
         this._stop();
       }
-      this.onError(error, gone);
-      throw error;
+      this.onError(failure, gone);
+      throw failure;
     }
     // The job had already ended before this fetch started, so this fetch saw everything: stop polling.
     if (wasDone && !manual) {
