@@ -176,6 +176,13 @@ class ClusterManager(Configurable):
             return
         if self.client is not None:
             self.client.send_signal(signal.SIGKILL, targets=list(ids), block=False)
+        self.replace_dead(ids)
+
+    def replace_dead(self, ids):
+        """Forget engines that are gone and, on a cluster we own, start as many new ones."""
+        ids = [i for i in ids if i not in self._dead]
+        if not ids:
+            return
         self._dead.update(ids)
         self._expected -= len(ids)
         for i in ids:

@@ -271,6 +271,9 @@ class Launcher(Configurable):
             feed.pump(final=True)
         if status == "ok" and failed_order:
             status = "failed"
+        died = [ids[r] for r, o in enumerate(outcomes) if o and o.get("died")]
+        if died:
+            self.cluster.replace_dead(died)  # so the next cell finds as many engines as before
         return outcomes, (status, failed_order)
 
     def _interrupt(self, engine_ids):
@@ -366,10 +369,14 @@ def _outcome_of(rank, ar):
     try:
         return ar.get()
     except Exception as exc:  # EngineError (engine died), RemoteError (failed before our wrapper ran)
+        from ipyparallel.error import EngineError
+
         render = getattr(exc, "render_traceback", None)
         tb = "\n".join(render()) if callable(render) else str(exc)
         return {"rank": rank, "ok": False, "induced": False, "ename": getattr(exc, "ename", type(exc).__name__),
-                "evalue": getattr(exc, "evalue", str(exc)), "traceback": tb}
+                "evalue": getattr(exc, "evalue", str(exc)), "traceback": tb,
+                # ipyparallel reports a dead engine as EngineError, raised directly or wrapped in a RemoteError
+                "died": isinstance(exc, EngineError) or getattr(exc, "ename", "") == "EngineError"}
 
 
 def _dumps_callable(fn):

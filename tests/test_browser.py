@@ -101,16 +101,23 @@ def _api(lab, *path):
     return response.json()
 
 
-def _run_cell(page, index):
+def _run_cell(page, index, wait_done=False, timeout=120_000):
     cell = page.locator(".jp-NotebookPanel .jp-Cell").nth(index)
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
+    prompt = cell.locator(".jp-InputPrompt")
+    # Wait until the kernel took the cell: its prompt turns from [ ] to [*] (running) or [n] (done).
+    page.wait_for_function("(el) => /\\[(\\*|\\d+)\\]/.test(el.textContent)", arg=prompt.element_handle(),
+                           timeout=timeout)
+    if wait_done:
+        page.wait_for_function("(el) => /\\[\\d+\\]/.test(el.textContent)", arg=prompt.element_handle(),
+                               timeout=timeout)
 
 
 def test_run_watch_and_cancel_from_the_panel(lab, page):
     ARTIFACTS.mkdir(exist_ok=True)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator, .jp-KernelStatus, .jp-Toolbar", timeout=60_000)
-    _run_cell(page, 0)
+    page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=90_000)  # the kernel is up
+    _run_cell(page, 0, wait_done=True)
     _run_cell(page, 1)
 
     # Open the sidebar from its tab (the panel's widget id is jp-dl-jobs-panel).

@@ -59,7 +59,7 @@ def test_job_store_holds_the_full_series(live_run, dl_session):
     store = dl_session.store
     job = store.load(result.job.id)
     assert job.state == "succeeded" and job.progress["fraction"] == 1.0
-    records = store.metrics(result.job.id)
+    records, _ = store.metrics(result.job.id)
     assert sum(1 for r in records if r["kind"] == "batch") == 4 * 22
     assert sum(1 for r in records if r["kind"] == "throughput") == 2 * 4
     logs = store.job_dir(result.job.id) / "logs"

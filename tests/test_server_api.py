@@ -96,9 +96,20 @@ async def test_metrics_since_and_logs_tail(jp_fetch, store):
     store.write_logs(job.id, {0: "a\nb\nc\n", 1: "x\n"})
     body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "logs", params={"rank": 0, "tail": 2}))
     assert body["text"] == "b\nc\n" and body["ranks"] == [0, 1]
-    with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "logs", params={"rank": 7})
-    assert err.value.code == 404
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "logs", params={"rank": 7}))
+    assert body["text"] == "" and body["ranks"] == [0, 1]  # no log (yet) for that rank: not an error
+
+
+async def test_metrics_paging_survives_blank_and_half_written_lines(jp_fetch, store):
+    job = _add(store, "m", "running")
+    path = store.job_dir(job.id) / "metrics.jsonl"
+    path.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3')  # a blank line, and a record mid-write
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics"))
+    assert [r["step"] for r in body["records"]] == [1, 2] and body["next"] == 3
+    with open(path, "a") as f:
+        f.write("}\n")
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics", params={"since": body["next"]}))
+    assert [r["step"] for r in body["records"]] == [3] and body["next"] == 4
 
 
 async def test_cluster_endpoint(jp_fetch):

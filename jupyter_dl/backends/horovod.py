@@ -4,6 +4,7 @@ Two halves, imported lazily so neither side pays for the other:
 - kernel side: a rendezvous server and the per-rank environment (what horovodrun would set for each process);
 - engine side: (re)initialisation and the three collectives the Keras hooks need.
 """
+import contextlib
 import os
 
 SETUP_HINT = "run `make setup` (scripts/setup.sh) to build Horovod with TensorFlow and gloo"
@@ -18,11 +19,33 @@ def check_installed():
     except ImportError:
         raise BackendMissing(f"Horovod is not installed; {SETUP_HINT}") from None
     try:
-        import horovod.tensorflow as hvd
+        with _native_stderr_muted():
+            import horovod.tensorflow as hvd
     except Exception as exc:  # built without TF, or against another TF: the extension fails to load
         raise BackendMissing(f"Horovod cannot load its TensorFlow ops ({exc}); {SETUP_HINT}") from None
     if not hvd.gloo_built():
         raise BackendMissing(f"Horovod was built without gloo; {SETUP_HINT}")
+
+
+@contextlib.contextmanager
+def _native_stderr_muted():
+    """TensorFlow's C++ start-up chatter goes to file descriptor 2, which a notebook kernel shows in the cell.
+    Mute that descriptor while TF loads for the first time; Python errors are raised, not printed, so none is lost."""
+    import sys
+
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 # ----------------------------------------------------------------------------------------------- kernel side

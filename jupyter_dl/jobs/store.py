@@ -101,12 +101,20 @@ class JobStore(Configurable):
             return Job.from_dict(json.load(f))
 
     def metrics(self, job_id, since=0):
-        """Records from line `since` on (so a poller can ask for what it has not seen)."""
+        """(records from line `since` on, the line number to ask from next time). A last line still being
+        written (no newline yet) is left for the next call."""
         path = self.job_dir(job_id) / "metrics.jsonl"
         if not path.exists():
-            return []
+            return [], since
+        records, line_no = [], 0
         with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for i, line in enumerate(f) if i >= since and line.strip()]
+            for line_no, line in enumerate(f, start=1):
+                if not line.endswith("\n"):
+                    line_no -= 1
+                    break
+                if line_no > since and line.strip():
+                    records.append(json.loads(line))
+        return records, max(since, line_no)
 
     def logs(self, job_id, rank=0, stream="stdout", tail=None):
         path = self.job_dir(job_id) / "logs" / f"rank{rank}.{stream}.log"

@@ -108,7 +108,9 @@ class LiveView:
         if self.figure is not None:
             self.update(state, force=True)
             if self._handle is not None:
-                self._handle.update(static_figure_bundle(self.figure), raw=True)
+                # A job that reported no metrics (a --manual cell without LiveMetrics) leaves no empty plot behind.
+                has_data = state.global_step or state.epoch_logs
+                self._handle.update(static_figure_bundle(self.figure) if has_data else {"text/plain": ""}, raw=True)
         _display({"text/plain": as_text(summary), "text/html": as_html(summary)}, raw=True)
 
 

@@ -1,5 +1,6 @@
 """Cluster and GPU facts for the panel: ipyparallel's cluster files (what jupyter-dl kernels started or
 connected to) and nvidia-smi's utilisation readings."""
+import os
 import shutil
 import subprocess
 
@@ -16,10 +17,28 @@ def clusters():
     except Exception:  # unreadable profile dirs must not break the panel
         return []
     for key, cluster in found.items():
+        if not _controller_alive(cluster.controller):
+            continue  # a cluster file left behind by a process that was killed
         engines = sum(getattr(es, "n", 0) or 0 for es in (cluster.engines or {}).values())
         out.append({"cluster_id": cluster.cluster_id, "profile": cluster.profile, "engines": engines,
-                    "running": bool(cluster.controller and cluster.controller.running), "key": key})
+                    "running": True})
     return out
+
+
+def _controller_alive(controller) -> bool:
+    """Cluster files say 'running' until someone stops the cluster; a local controller's pid tells the truth."""
+    if controller is None or not controller.running:
+        return False
+    pid = getattr(controller, "pid", None)
+    if not pid or type(controller).__name__ != "LocalControllerLauncher":
+        return True  # remote launchers (Slurm, SSH, MPI): trust the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def gpu_stats():

@@ -78,8 +78,8 @@ class JobService:
     def metrics(self, job_id, since=0):
         self._job(job_id)
         since = _non_negative_int(since, "since")
-        records = self.store.metrics(job_id, since)
-        return {"records": records, "next": since + len(records)}
+        records, next_line = self.store.metrics(job_id, since)
+        return {"records": records, "next": next_line}
 
     def logs(self, job_id, rank=0, tail=None, stream="stdout"):
         self._job(job_id)
@@ -88,8 +88,7 @@ class JobService:
         rank = _non_negative_int(rank, "rank")
         tail = None if tail in (None, "") else _non_negative_int(tail, "tail")
         ranks = self.store.log_ranks(job_id)
-        if ranks and rank not in ranks:
-            raise NotFound(f"job {job_id} has no rank {rank}; ranks are {ranks}")
+        # A rank with no log yet (job starting) is not an error: empty text, and the ranks that have logs.
         return {"rank": rank, "ranks": ranks, "stream": stream,
                 "text": self.store.logs(job_id, rank, stream, tail)}
 
