@@ -60,7 +60,7 @@ def session(parent=None) -> Session:
 
 def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name=None, timeout=None,
                output="rank0", lr_scale="linear", manual=False, backend="horovod", all_ranks=False, plot=None,
-               stream_metrics=True):
+               stream_metrics=True, secrets=()):
     """Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank Horovod job on the cluster.
 
     With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
@@ -71,7 +71,8 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
     """
     in_kernel = _in_kernel()
     options = RunOptions(n=n, name=name, backend=backend, timeout=timeout, output=output, lr_scale=lr_scale,
-                         manual=manual, plot=in_kernel if plot is None else plot, stream_metrics=stream_metrics)
+                         manual=manual, plot=in_kernel if plot is None else plot, stream_metrics=stream_metrics,
+                         secrets=tuple(secrets))
     current = session()
     show_view = in_kernel or bool(plot)
     key = summary_mod.work_key(fn_or_code)

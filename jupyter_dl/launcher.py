@@ -14,6 +14,7 @@ from traitlets.config import Configurable
 
 from . import cell as cellmod
 from . import payload
+from . import secrets as secretsmod
 from .backends import horovod as backend
 from .errors import JobCancelled, JobTimeout, RankError, ShipError
 from .jobs import Job, JobRegistry
@@ -63,6 +64,10 @@ class Launcher(Configurable):
         5.0, help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
                   "engines are killed and replaced."
     ).tag(config=True)
+    secrets_file = Unicode(
+        "~/.jupyter/jupyter_dl_secrets.json",
+        help="JSON file of {name: value} that --secret NAME reads when NAME is not in the kernel's environment."
+    ).tag(config=True)
     poll_interval = Float(0.05, help="Seconds between polls for rank output, metrics and completion."
                           ).tag(config=True)
     INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
@@ -86,6 +91,8 @@ class Launcher(Configurable):
             backend.check_installed()
             self._backend_checked = True
         shipment = self._prepare(work)  # raises on bad input, before any engine is touched
+        secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
+        redact = secretsmod.Redactor(secret_values)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
         job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
                                     options={k: v for k, v in vars(options).items() if k != "name"},
@@ -102,13 +109,15 @@ class Launcher(Configurable):
             shipped = self._ship(ids, shipment)
             t_ship = time.perf_counter()
             outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
-                                                  observers)
+                                                  observers, secret_values, redact)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
         job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
                        "run_s": time.perf_counter() - t_ship, "shipped": shipped, "ranks": [o.get("timings") for o in outcomes]}
-        result = RunResult(job=job, stdout=[ar.stdout or "" for ar in ars], state=state)
+        result = RunResult(job=job, stdout=[redact(ar.stdout or "") for ar in ars], state=state)
+        if redact:
+            outcomes = [_redacted(o, redact) for o in outcomes]
         try:
             self._finish(job, status, outcomes, options)
         finally:
@@ -180,7 +189,7 @@ class Launcher(Configurable):
         return sorted(blobs)
 
     # -------------------------------------------------------------------------------------------- execute
-    def _execute(self, job, ids, work, shipment, options, stdout, stderr, state, observers):
+    def _execute(self, job, ids, work, shipment, options, stdout, stderr, state, observers, secret_values, redact):
         from .runtime import rank as rank_mod
 
         all_local = self.cluster.all_local(ids)
@@ -190,7 +199,8 @@ class Launcher(Configurable):
         client = self.cluster.client
         base = {"size": len(ids), "names_in": shipment["names_in"], "names_out": shipment["names_out"],
                 "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name,
-                "stream_metrics": options.stream_metrics}
+                "stream_metrics": options.stream_metrics, "secrets": secret_values,
+                "kernel_pid": job.kernel_pid, "kernel_host": job.kernel_host}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
@@ -201,9 +211,9 @@ class Launcher(Configurable):
             job.transition("running")
             for observer in observers:
                 observer.started(job)
-            relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr)
+            relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr, redact)
             feed = _MetricsFeed(job, MetricsCollector(dict(enumerate(ars))), state, observers, self.registry.store,
-                                ars)
+                                ars, redact)
             outcomes, status = self._monitor(ids, ars, relay, feed, options)
         finally:
             rendezvous.stop()
@@ -322,9 +332,9 @@ class _MetricsFeed:
     CANCEL_CHECK_INTERVAL = 0.2
     SPARKLINE_POINTS = 60
 
-    def __init__(self, job, collector, state, observers, store, ars):
+    def __init__(self, job, collector, state, observers, store, ars, redact):
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
-        self.ars = ars
+        self.ars, self.redact = ars, redact
         self._logs_at = self._cancel_at = 0.0
 
     def pump(self, final=False):
@@ -342,8 +352,9 @@ class _MetricsFeed:
         now = time.monotonic()
         if self.store is not None and (final or now - self._logs_at > self.LOG_INTERVAL):
             self._logs_at = now
-            self.store.write_logs(self.job.id, {r: ar.stdout or "" for r, ar in enumerate(self.ars)})
-            self.store.write_logs(self.job.id, {r: ar.stderr or "" for r, ar in enumerate(self.ars)}, "stderr")
+            for stream in ("stdout", "stderr"):
+                self.store.write_logs(self.job.id, {r: self.redact(getattr(ar, stream) or "")
+                                                    for r, ar in enumerate(self.ars)}, stream)
 
     def cancel_requested(self):
         now = time.monotonic()
@@ -356,6 +367,19 @@ class _MetricsFeed:
         ys = self.state.batch_loss.points()[1]
         stride = max(1, -(-len(ys) // self.SPARKLINE_POINTS))
         return [round(y, 5) for y in ys[::stride]]
+
+
+def _redacted(outcome, redact):
+    """A rank's outcome with secret values taken out of its texts, and bound names holding a secret dropped."""
+    if outcome is None:
+        return None
+    clean = {k: redact(v) if isinstance(v, str) else v for k, v in outcome.items()}
+    values = clean.get("values")
+    if values:
+        clean["values"] = {name: (payload.Unsendable(name, "it holds a --secret value, which stays on the engines")
+                                  if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1")) else blob)
+                           for name, blob in values.items()}
+    return clean
 
 
 def _last_frame(outcome) -> str:

@@ -20,6 +20,7 @@ class RunOptions:
     lr_scale: str = "linear"
     manual: bool = False
     plot: bool = True             # the live figure and progress bar in the cell (--no-plot turns them off)
+    secrets: tuple = ()           # names only: values are looked up at launch and never stored
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
 
     def validate(self):
@@ -31,6 +32,9 @@ class RunOptions:
             raise UsageError(f"--lr-scale must be one of {', '.join(LR_SCALES)} (got {self.lr_scale!r})")
         if self.output not in OUTPUTS:
             raise UsageError(f"--output must be one of {', '.join(OUTPUTS)} (got {self.output!r})")
+        for name in self.secrets:
+            if not name.replace("_", "").isalnum():
+                raise UsageError(f"--secret takes an environment variable name, got {name!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
         return self
@@ -77,6 +81,8 @@ def distribute_parser():
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="no live figure or progress bar")
+    p.add_argument("--secret", dest="secrets", action="append", default=[], metavar="NAME",
+                   help="pass this secret (kernel environment or secrets file) to the ranks' environment")
     return p
 
 
@@ -87,4 +93,5 @@ def parse_distribute_line(line: str) -> RunOptions:
     except ValueError as exc:
         raise UsageError(f"%%distribute: {exc}") from None
     ns = distribute_parser().parse_args(argv)
+    ns.secrets = tuple(ns.secrets)
     return RunOptions(**vars(ns)).validate()

@@ -14,13 +14,14 @@ _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called are 
 
 
 class OutputRelay:
-    def __init__(self, results_by_rank: dict, show: str = "rank0", stdout=None, stderr=None):
+    def __init__(self, results_by_rank: dict, show: str = "rank0", stdout=None, stderr=None, redact=None):
         self._results = results_by_rank
         self._ranks = [0] if show == "rank0" else sorted(results_by_rank)
         self._prefix = show != "rank0"
         self._sinks = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
         self._seen = {(r, s): "" for r in self._ranks for s in self._sinks}   # text as of the last pump
         self._lines_done = {key: 0 for key in self._seen}                     # prefix mode: chars of whole lines sent
+        self._redact = redact  # secrets never reach the cell
 
     def pump(self, final=False):
         """Forward what arrived since the last call. final=True also flushes unfinished lines."""
@@ -33,6 +34,8 @@ class OutputRelay:
                 if stream == "stderr":
                     for noise in _NOISE:
                         chunk = chunk.replace(noise, "")
+                if chunk and self._redact:
+                    chunk = self._redact(chunk)
                 if chunk:
                     sink.write(chunk)
                     sink.flush()

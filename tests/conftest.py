@@ -48,3 +48,10 @@ def shell(dl_session):
     for name in [n for n in ip.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit",
                                                                               "get_ipython")]:
         ip.user_ns.pop(name, None)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Expose each phase's report on the test item, so fixtures can keep evidence of a failure."""
+    outcome = yield
+    setattr(item, f"rep_{call.when}", outcome.get_result())

@@ -53,7 +53,9 @@ def lab(tmp_path_factory):
     log = open(root / "lab.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         f"--LabApp.workspaces_dir={tmp_path_factory.mktemp('workspaces')}",  # no layout restored from earlier runs
+         f"--LabApp.user_settings_dir={tmp_path_factory.mktemp('settings')}"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     import requests
@@ -114,18 +116,31 @@ def _run_cell(page, index, wait_done=False, timeout=120_000):
                                timeout=timeout)
 
 
-def test_run_watch_and_cancel_from_the_panel(lab, page):
+@pytest.fixture
+def on_failure_evidence(lab, page, request):
+    """Keep a screenshot and the server log when the test fails (CI machines are not ours to poke at)."""
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "failure.png"))
+        (ARTIFACTS / "failure-lab.log").write_text((lab["root"] / "lab.log").read_text()[-20000:])
+
+
+def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=90_000)  # the kernel is up
     _run_cell(page, 0, wait_done=True)
     _run_cell(page, 1)
 
-    # Open the sidebar from its tab (the panel's widget id is jp-dl-jobs-panel).
-    page.locator('.jp-SideBar [data-id="jp-dl-jobs-panel"]').first.click()
+    # Open the sidebar from its tab (the panel's widget id is jp-dl-jobs-panel); the tab toggles, so only if closed.
     panel = page.locator("#jp-dl-jobs-panel")
+    if not panel.is_visible():
+        page.locator('.jp-SideBar [data-id="jp-dl-jobs-panel"]').first.click()
+    panel.wait_for(state="visible", timeout=30_000)
     row = panel.locator("li.jp-dl-job", has_text="browser-job")
-    row.wait_for(timeout=120_000)
-    page.wait_for_selector('#jp-dl-jobs-panel li.jp-dl-job[data-state="running"]', timeout=120_000)
+    row.wait_for(timeout=240_000)  # cluster start and TensorFlow import in the kernel and engines come first
+    page.wait_for_selector('#jp-dl-jobs-panel li.jp-dl-job[data-state="running"]', timeout=240_000)
 
     progress = row.locator(".jp-dl-job-progress")
     def fraction():

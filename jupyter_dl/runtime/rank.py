@@ -4,12 +4,15 @@ The engine process persists across jobs; each job re-initialises Horovod, runs i
 values the kernel shipped, and returns a structured outcome instead of raising, so the kernel can tell the first
 failing rank from the peers that only failed because it left.
 """
+import _thread
 import builtins
 import contextlib
 import linecache
+import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -61,6 +64,7 @@ def run(spec: dict) -> dict:
     # Setup is not interruptible: a KeyboardInterrupt inside `import tensorflow` leaves the engine half-imported,
     # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
     # so a stop requested now lands as soon as the user's code starts.
+    watch = _KernelWatch(spec.get("kernel_pid"), spec.get("kernel_host"))
     setup_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
@@ -68,6 +72,7 @@ def run(spec: dict) -> dict:
         finally:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
+        os.environ.update(spec.get("secrets", {}))  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
         hooks = None
@@ -101,7 +106,10 @@ def run(spec: dict) -> dict:
         outcome.update(ok=False, ename=type(exc).__name__, evalue=str(exc), induced=_is_induced(exc),
                        traceback=_user_traceback(exc))
     finally:
+        watch.stop()
         # Leaving tells the peers: if we failed, they stop waiting on us in their next collective.
+        for name in spec.get("secrets", {}):
+            os.environ.pop(name, None)
         try:
             backend.shutdown()
         except Exception:
@@ -113,6 +121,30 @@ def run(spec: dict) -> dict:
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
+
+
+class _KernelWatch:
+    """While a job runs, interrupt it if the kernel that launched it dies: orphaned ranks must not train on.
+    Only possible when the kernel is on this host (its pid means something here)."""
+
+    def __init__(self, pid, host, interval=1.0):
+        self._stop = threading.Event()
+        self._thread = None
+        if pid and host == socket.gethostname():
+            self._thread = threading.Thread(target=self._watch, args=(pid, interval), daemon=True)
+            self._thread.start()
+
+    def _watch(self, pid, interval):
+        while not self._stop.wait(interval):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                _thread.interrupt_main()  # repeated: one sent during setup (interrupts ignored) is dropped
+            except PermissionError:
+                pass
+
+    def stop(self):
+        self._stop.set()
 
 
 def _user_traceback(exc) -> str:

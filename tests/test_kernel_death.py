@@ -1,0 +1,67 @@
+"""A kernel that dies while its job runs: the job is marked lost and its ranks stop working (they watch the
+kernel's pid), instead of training on as orphans."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from jupyter_dl.jobs.store import JobStore
+from jupyter_dl.server.service import JobService
+
+KERNEL = textwrap.dedent("""
+    import json, sys, jupyter_dl
+    from jupyter_dl import api
+    session = api.session()
+    session.store.root = sys.argv[1]
+    session.cluster.start(n=2)
+    pids = [info["pid"] for info in session.cluster.describe(session.cluster.engine_ids())]
+    print(json.dumps({"engines": pids}), flush=True)
+    jupyter_dl.distribute("while True:\\n    pass\\n", n=2, namespace={}, manual=True, name="orphan")
+""")
+
+
+def _stopped(proc):
+    """Idle, or gone altogether (ipyparallel may take an orphaned engine down with its controller)."""
+    try:
+        return proc.cpu_percent(interval=1.0) < 20
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
+    store_root = str(tmp_path / "jobs")
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, store_root], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    engines = [psutil.Process(pid) for pid in json.loads(kernel.stdout.readline())["engines"]]
+    try:
+        store = JobStore(root=store_root)
+        deadline = time.monotonic() + 120
+        while not any(j.state == "running" for j in store.list()):
+            assert time.monotonic() < deadline, "job never started"
+            time.sleep(0.2)
+        time.sleep(2)  # past setup: the ranks spin in the user's loop
+        assert all(p.cpu_percent(interval=0.5) > 50 for p in engines)  # both ranks are busy training
+
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait(10)
+        (job,) = JobService(store).list_jobs()
+        assert job["state"] == "lost"
+        time.sleep(3)  # the ranks' watchdog checks the kernel every second
+        assert all(_stopped(p) for p in engines)
+    finally:
+        kernel.kill()
+        for proc in engines:  # the orphaned cluster itself is not ours to keep
+            try:
+                family = [proc] + proc.parents()[:1]
+            except psutil.Error:
+                continue  # already gone
+            for p in family:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
