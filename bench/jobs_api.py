@@ -8,7 +8,6 @@ filtered list and one metrics page for reference.
 """
 import argparse
 import json
-import os
 import pathlib
 import secrets
 import socket

@@ -15,8 +15,8 @@ Results go to bench/results/metrics_latency.json.
 
     .venv/bin/python bench/metrics_latency.py [--runs 2] [--epochs 12] [--tile 8]
 """
+import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
-from importlib import metadata
 import json
 import os
 import platform
@@ -74,10 +74,7 @@ def main():
     args = parser.parse_args()
 
     t_start = time.perf_counter()
-    load_before = os.getloadavg()
-    if load_before[0] > 0.5:
-        print(f"note: 1-minute load average is {load_before[0]:.2f} before starting; other work on this machine "
-              "skews these timings", flush=True)
+    load_before = [_common.load_before()]
     x, y = load_data(args.tile)
     import jupyter_dl
 
@@ -128,15 +125,9 @@ def main():
               f"{st['mean_ms']:6.0f}")
     print(f"target: figure updated p95 <= {1e3 * TARGET_P95_S:.0f} ms: {'PASS' if passed else 'FAIL'} "
           f"({fig['p95_ms']:.0f} ms)")
-    load_after = os.getloadavg()
-    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")
+    load_after = [_common.print_load(load_before[0])]
 
-    versions = {}
-    for dist in ("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"))
     from jupyter_dl.launcher import Launcher
     from jupyter_dl.live.view import LiveView
     from jupyter_dl.runtime import live

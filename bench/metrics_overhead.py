@@ -24,8 +24,8 @@ with/without of the medians and the median of the per-pair ratios, and the slowd
 
     .venv/bin/python bench/metrics_overhead.py [--pairs 6] [--epochs 3] [--tile 8]
 """
+import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
-from importlib import metadata
 import json
 import math
 import os
@@ -144,10 +144,7 @@ def main():
         parser.error("--epochs must be at least 2 (the steady state leaves the first epoch out)")
 
     t_start = time.perf_counter()
-    load_before = os.getloadavg()
-    if load_before[0] > 0.5:
-        print(f"note: 1-minute load average is {load_before[0]:.2f} before starting; other work on this machine "
-              "skews these timings", flush=True)
+    load_before = [_common.load_before()]
     x, y = load_data(args.tile)
     import jupyter_dl
 
@@ -219,15 +216,9 @@ def main():
     if noise > 2 * TARGET_SLOWDOWN:
         print(f"note: run-to-run spread without streaming is {100 * noise:.0f}% of the median, larger than the "
               f"{100 * TARGET_SLOWDOWN:.0f}% target; the verdict is within noise (use --pairs, a quiet machine)")
-    load_after = os.getloadavg()
-    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")
+    load_after = [_common.print_load(load_before[0])]
 
-    versions = {}
-    for dist in ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "samples_per_s_with": fit["median_on"], "samples_per_s_without": fit["median_off"],

@@ -10,8 +10,8 @@ fresh Python process per cold run (so no cluster exists when (b) starts); (c) ru
 
     .venv/bin/python bench/overhead.py [--repeats 3] [--cold-runs 2]
 """
+import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
-from importlib import metadata
 import json
 import os
 import platform
@@ -154,10 +154,7 @@ def main():
         return worker(args.worker, args.warm_runs)
 
     t_start = time.perf_counter()
-    load_before = os.getloadavg()
-    if load_before[0] > 0.5:
-        print(f"note: 1-minute load average is {load_before[0]:.2f} before starting; other work on this machine "
-              "skews these timings", flush=True)
+    load_before = [_common.load_before()]
     with tempfile.TemporaryDirectory(prefix="jdl-bench-") as tmp:
         workdir = Path(tmp)
         a_runs, workers = [], []
@@ -200,15 +197,9 @@ def main():
               f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
               f"run {med(r['run_s'] for r in warm):.2f} s")
     print(f"final training accuracy over all runs: {min(accuracies):.3f} .. {max(accuracies):.3f}")
-    load_after = os.getloadavg()
-    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} cpus")
+    load_after = [_common.print_load(load_before[0])]
 
-    versions = {}
-    for dist in ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "a_horovodrun_s": a, "b_cold_s": b, "c_warm_s": c, "warm_rerun_same_namespace_s": rerun,

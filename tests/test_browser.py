@@ -3,7 +3,6 @@ its row and progress in the jobs panel, cancel it there, and see it cancelled wi
 
 Everything is real: `jupyter lab` with the extension, a kernel, a local ipyparallel cluster, Horovod over gloo.
 """
-import json
 import os
 import pathlib
 import secrets

@@ -5,7 +5,6 @@ import uuid
 import ipyparallel as ipp
 import pytest
 
-import jupyter_dl
 from jupyter_dl.api import Session
 from jupyter_dl.errors import UsageError
 from jupyter_dl.launcher import FunctionWork

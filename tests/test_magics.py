@@ -137,6 +137,7 @@ def test_timeout_stops_a_stalled_job(shell):
 def test_bad_arguments_print_one_line_and_start_nothing(shell, capsys, line, needle):
     before = len(jobs(shell))
     result = run(shell, f"%%distribute {line}\nx = 1")
+    assert not result.success
     captured = capsys.readouterr()
     text = captured.err + captured.out
     assert "UsageError" in text and needle in text

@@ -1,5 +1,4 @@
 """--secret: the value reaches the ranks' environment and nowhere else (cell output, job store, logs, namespace)."""
-import os
 import pathlib
 
 SECRET = "s3cr3t-Value-9f1b2c"
