@@ -182,7 +182,7 @@ def main():
         ("(a) horovodrun -np 2 (script)", a, f"median of {len(a_runs)}"),
         ("(b) %%distribute -n 2, cold", b, f"median of {len(workers)}, cluster start included"),
         ("(c) %%distribute -n 2, warm", c, f"median of {len(warm)}"),
-        ("    warm, re-run in same namespace", rerun, f"median of {len(workers)}; also ships the old model"),
+        ("    warm, re-run in same namespace", rerun, f"median of {len(workers)}"),
     ]
     print()
     print(f"{'run':36s} {'seconds':>8s}  notes")

@@ -61,6 +61,11 @@ def _make_callback_class():
             if not self._buffer:
                 return
             records, self._buffer = self._buffer, []
+            # Batch logs are device tensors; reading one waits for its step. Doing it here, once per flush, rather
+            # than per batch keeps the training loop asynchronous (on GPUs the next step is already queued).
+            for record in records:
+                if "logs" in record:
+                    record["logs"] = {k: float(v) for k, v in record["logs"].items()}
             self._last_flush = now or time.monotonic()
             self.sent.extend(records)
             if self._publish is not None:
@@ -86,7 +91,7 @@ def _make_callback_class():
                 self._epoch_samples = min((batch + 1) * self.batch_size, self.samples_per_epoch)
             if self.rank == 0:
                 self._emit({"kind": "batch", "t": time.time(), "epoch": self._epoch, "step": batch + 1,
-                            "steps": self._epoch_steps, "logs": {k: float(v) for k, v in (logs or {}).items()}})
+                            "steps": self._epoch_steps, "logs": dict(logs or {})})  # floats at flush time
 
         def on_epoch_end(self, epoch, logs=None):
             self._samples += self._epoch_samples
