@@ -25,8 +25,6 @@ _SHIPPED = {}
 
 def describe():
     """Who this engine is: used to place ranks on hosts."""
-    import os
-
     return {"hostname": socket.gethostname(), "pid": os.getpid()}
 
 
