@@ -170,3 +170,14 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     _run_cell(page, 2)
     page.wait_for_selector(".jp-OutputArea-output:has-text('ranks after cancel: 2')", timeout=120_000)
     page.screenshot(path=str(ARTIFACTS / "jupyterlab-after-cancel.png"))
+
+    # Logs and loss plot open in main-area tabs from the rows.
+    after = panel.locator("li.jp-dl-job", has_text="after-cancel")
+    after.wait_for(timeout=30_000)
+    after_id = after.get_attribute("data-job-id")
+    after.locator("button.jp-dl-logs").click()
+    page.wait_for_selector(f"#jp-dl-logs-{after_id} .jp-dl-log-text:has-text('ranks after cancel: 2')",
+                           timeout=30_000)
+    row.locator("button.jp-dl-plot").click()
+    page.wait_for_selector(f"#jp-dl-plot-{job_id} svg.jp-dl-chart path", timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "loss-plot-tab.png"))

@@ -37,7 +37,9 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
     store_root = str(tmp_path / "jobs")
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, store_root], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    engines = [psutil.Process(pid) for pid in json.loads(kernel.stdout.readline())["engines"]]
+    started = json.loads(kernel.stdout.readline())
+    engines = [psutil.Process(pid) for pid in started["engines"]]
+    cluster_processes = psutil.Process(kernel.pid).children(recursive=True)  # to clean up after the orphaning
     try:
         store = JobStore(root=store_root)
         deadline = time.monotonic() + 120
@@ -55,13 +57,8 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
         assert all(_stopped(p) for p in engines)
     finally:
         kernel.kill()
-        for proc in engines:  # the orphaned cluster itself is not ours to keep
+        for proc in cluster_processes + engines:  # the orphaned cluster is not ours to keep
             try:
-                family = [proc] + proc.parents()[:1]
+                proc.kill()
             except psutil.Error:
-                continue  # already gone
-            for p in family:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
+                pass

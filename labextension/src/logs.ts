@@ -5,7 +5,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { JobsApi, errorMessage } from './api';
+import { JobsApi } from './api';
 import { h, setText } from './dom';
 import { formatTimestamp, isFinal } from './format';
 import { jobsIcon } from './icons';
@@ -18,29 +18,6 @@ export const DEFAULT_LOG_TAIL = 500;
 /** A DOM id derived from a job id. */
 export function widgetId(kind: string, jobId: string): string {
   return `jp-dl-${kind}-${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
-}
-
-class LogsWatcher extends JobWatcher {
-  constructor(
-    api: JobsApi,
-    job: IJob,
-    private readonly _view: LogsView,
-    interval: number
-  ) {
-    super(api, job, _view, interval);
-  }
-
-  protected fetch(): Promise<void> {
-    return this._view.fetchLogs();
-  }
-
-  protected onJob(job: IJob): void {
-    this._view.onJob(job);
-  }
-
-  protected onError(error: unknown, fatal: boolean): void {
-    this._view.showError(errorMessage(error), fatal);
-  }
 }
 
 export class LogsView extends Widget {
@@ -91,7 +68,7 @@ export class LogsView extends Widget {
     this.node.append(this._message, this._pre);
     this.node.setAttribute('tabindex', '0');
 
-    this._watcher = new LogsWatcher(api, _job, this, options.interval);
+    this._watcher = new JobWatcher(api, _job, this, options.interval);
     this._updateStatus();
     this._watcher.start();
   }
@@ -125,6 +102,10 @@ export class LogsView extends Widget {
   }
 
   /** Called by the watcher on every tick. */
+  fetchData(): Promise<void> {
+    return this.fetchLogs();
+  }
+
   async fetchLogs(): Promise<void> {
     const rank = this._rank;
     const stream = this._stream;
@@ -207,7 +188,7 @@ export class LogsView extends Widget {
     setText(this.status, `${job.state} · ${following}${updated}`);
   }
 
-  private _watcher: LogsWatcher;
+  private _watcher: JobWatcher;
   private _pre: HTMLElement;
   private _message: HTMLElement;
   private _rank = 0;

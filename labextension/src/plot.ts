@@ -5,7 +5,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { JobsApi, errorMessage } from './api';
+import { JobsApi } from './api';
 import { ILossSeries, LossSeriesBuilder, lossChartSvg } from './chart';
 import { h, setText } from './dom';
 import { formatMetric, isFinal } from './format';
@@ -16,29 +16,6 @@ import { JobWatcher } from './watch';
 
 /** Pages fetched in one tick while catching up (first load, or a finished job). */
 const MAX_PAGES_PER_TICK = 50;
-
-class MetricsWatcher extends JobWatcher {
-  constructor(
-    api: JobsApi,
-    job: IJob,
-    private readonly _view: LossPlotView,
-    interval: number
-  ) {
-    super(api, job, _view, interval);
-  }
-
-  protected fetch(): Promise<void> {
-    return this._view.fetchMetrics();
-  }
-
-  protected onJob(job: IJob): void {
-    this._view.onJob(job);
-  }
-
-  protected onError(error: unknown, fatal: boolean): void {
-    this._view.showError(errorMessage(error), fatal);
-  }
-}
 
 export class LossPlotView extends Widget {
   constructor(
@@ -64,7 +41,7 @@ export class LossPlotView extends Widget {
     this._table = h('table', { className: 'jp-dl-epoch-table' });
     this.node.append(this._message, this._chart, this._table);
 
-    this._watcher = new MetricsWatcher(api, _job, this, options.interval);
+    this._watcher = new JobWatcher(api, _job, this, options.interval);
     this._updateStatus();
     this._watcher.start();
   }
@@ -90,6 +67,10 @@ export class LossPlotView extends Widget {
   }
 
   /** Called by the watcher on every tick: new records since the last one. */
+  fetchData(): Promise<void> {
+    return this.fetchMetrics();
+  }
+
   fetchMetrics(): Promise<void> {
     // One request chain at a time: two in flight with the same `since` would add records twice.
     if (!this._inflight) {
@@ -227,7 +208,7 @@ export class LossPlotView extends Widget {
     return h('label', { className: `jp-dl-checkbox ${cls}` }, input, label);
   }
 
-  private _watcher: MetricsWatcher;
+  private _watcher: JobWatcher;
   private _inflight: Promise<void> | null = null;
   private _builder = new LossSeriesBuilder('loss');
   private _next = 0;

@@ -3,9 +3,8 @@
  * ended and one more fetch has seen its final output.
  */
 import { Poll } from '@lumino/polling';
-import { Widget } from '@lumino/widgets';
 
-import { ApiError, JobsApi } from './api';
+import { ApiError, JobsApi, errorMessage } from './api';
 import { isFinal } from './format';
 import { IJob } from './model';
 import { MAX_BACKOFF, MIN_POLL_INTERVAL } from './jobsModel';
@@ -14,11 +13,22 @@ function isNotFound(error: unknown): boolean {
   return error instanceof ApiError && error.status === 404;
 }
 
-export abstract class JobWatcher {
+/** What a watched tab provides: its data fetch, and where job updates and errors go. */
+export interface IJobView {
+  readonly isVisible: boolean;
+  /** Fetches the tab's data; called on every tick. */
+  fetchData(): Promise<void>;
+  /** The job changed (state, progress). */
+  onJob(job: IJob): void;
+  /** A request failed; `fatal` when the job is gone and polling stopped. */
+  showError(message: string, fatal: boolean): void;
+}
+
+export class JobWatcher {
   constructor(
     readonly api: JobsApi,
     protected job: IJob,
-    private readonly _widget: Widget,
+    private readonly _view: IJobView,
     interval: number
   ) {
     const ms = Math.max(MIN_POLL_INTERVAL, interval);
@@ -27,7 +37,7 @@ export abstract class JobWatcher {
       factory: () => this._tick(),
       frequency: { interval: ms, backoff: true, max: Math.max(MAX_BACKOFF, ms) },
       name: `jupyter-dl:watch:${job.id}`,
-      standby: () => (this._widget.isVisible ? 'when-hidden' : true)
+      standby: () => (this._view.isVisible ? 'when-hidden' : true)
     });
     this._done = isFinal(job.state);
   }
@@ -59,24 +69,15 @@ export abstract class JobWatcher {
     this._poll.dispose();
   }
 
-  /** Fetches the tab's data; called on every tick. */
-  protected abstract fetch(): Promise<void>;
-
-  /** The job changed (state, progress). */
-  protected abstract onJob(job: IJob): void;
-
-  /** A request failed; `fatal` when the job is gone and polling stopped. */
-  protected abstract onError(error: unknown, fatal: boolean): void;
-
   private async _tick(manual = false): Promise<void> {
     const wasDone = this._done;
     const [data, job] = await Promise.allSettled([
-      this.fetch(),
+      this._view.fetchData(),
       wasDone ? Promise.resolve(null) : this.api.getJob(this.job.id)
     ]);
     if (job.status === 'fulfilled' && job.value) {
       this.job = job.value;
-      this.onJob(job.value);
+      this._view.onJob(job.value);
       this._done = isFinal(job.value.state);
     }
     const failure =
@@ -93,7 +94,7 @@ export abstract class JobWatcher {
       if (gone) {
         this._stop();
       }
-      this.onError(failure, gone);
+      this._view.showError(errorMessage(failure), gone);
       throw failure;
     }
     // The job had already ended before this fetch started, so this fetch saw everything: stop polling.
