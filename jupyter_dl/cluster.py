@@ -49,8 +49,7 @@ class ClusterManager(Configurable):
         """Start the embedded local cluster: one engine per rank, each pinned to one GPU where GPUs exist."""
         import ipyparallel as ipp
 
-        if self.client is not None:
-            raise UsageError("a cluster is already in use; run %dl_cluster stop first")
+        self._require_none_in_use()
         devices = gpus.select(gpu_spec)
         n = n or (len(devices) if devices else self.default_size())
         if n < 1:
@@ -86,8 +85,7 @@ class ClusterManager(Configurable):
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
         import ipyparallel as ipp
 
-        if self.client is not None:
-            raise UsageError("a cluster is already in use; run %dl_cluster stop first")
+        self._require_none_in_use()
         profile = profile or self.profile
         try:
             if cluster_id is not None:
@@ -106,14 +104,17 @@ class ClusterManager(Configurable):
         """Use the cluster described by an ipyparallel cluster file (what `Cluster.from_file` reads)."""
         import ipyparallel as ipp
 
-        if self.client is not None:
-            raise UsageError("a cluster is already in use; run %dl_cluster stop first")
+        self._require_none_in_use()
         try:
             cluster = ipp.Cluster.from_file(cluster_file)
         except OSError as exc:
             raise UsageError(f"cannot read cluster file {cluster_file} ({exc})") from None
         self.cluster, self.client, self.owned = cluster, cluster.connect_client_sync(), False
         return self.status()
+
+    def _require_none_in_use(self):
+        if self.client is not None:
+            raise UsageError("a cluster is already in use; run %dl_cluster stop first")
 
     def stop(self):
         client, cluster, owned = self.client, self.cluster, self.owned
