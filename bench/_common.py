@@ -26,3 +26,18 @@ def versions(*dists):
         except metadata.PackageNotFoundError:
             found[dist] = None
     return found
+
+
+def write_results(path, data, t_start, load_before, load_after, dists):
+    """Write a benchmark's JSON with the machine facts every result needs, and say where it went."""
+    import json
+    import platform
+    import time
+
+    data = {**data,
+            "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                        "loadavg_before": load_before, "loadavg_after": load_after, **versions(*dists)},
+            "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    print(f"wrote {path.relative_to(path.parent.parent.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")

@@ -17,9 +17,7 @@ Results go to bench/results/metrics_latency.json.
 """
 import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -127,24 +125,18 @@ def main():
           f"({fig['p95_ms']:.0f} ms)")
     load_after = [_common.print_load(load_before[0])]
 
-    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"))
     from jupyter_dl.launcher import Launcher
     from jupyter_dl.live.view import LiveView
     from jupyter_dl.runtime import live
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    _common.write_results(RESULTS, {
         "figure_updated": fig, "kernel_saw": ker, "view_throttle": extra,
         "target_p95_ms": 1e3 * TARGET_P95_S, "target_met": passed, "runs": runs,
         "config": {"runs": args.runs, "epochs": args.epochs, "tile": args.tile, "samples": len(x), "batch_size": 32,
                    "n": 2, "engine_flush_interval_s": live.FLUSH_INTERVAL,
                    "kernel_poll_interval_s": Launcher.poll_interval.default_value,
                    "view_refresh_interval_s": LiveView().refresh_interval},
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "loadavg_before": load_before, "loadavg_after": load_after, **versions},
-        "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }, indent=2))
-    print(f"wrote {RESULTS.relative_to(HERE.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"))
 
 
 if __name__ == "__main__":

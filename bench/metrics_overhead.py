@@ -26,10 +26,8 @@ with/without of the medians and the median of the per-pair ratios, and the slowd
 """
 import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
-import json
 import math
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -218,9 +216,7 @@ def main():
               f"{100 * TARGET_SLOWDOWN:.0f}% target; the verdict is within noise (use --pairs, a quiet machine)")
     load_after = [_common.print_load(load_before[0])]
 
-    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    _common.write_results(RESULTS, {
         "samples_per_s_with": fit["median_on"], "samples_per_s_without": fit["median_off"],
         "ratio_with_over_without": fit["ratio"], "slowdown": fit["slowdown"],
         "target_slowdown": TARGET_SLOWDOWN, "target_met": passed,
@@ -228,11 +224,7 @@ def main():
         "rank0_thread_cpu_us_per_batch": cpu, "callback_alone": direct, "warmup": warm, "runs": runs,
         "config": {"pairs": args.pairs, "epochs": args.epochs, "tile": args.tile, "samples": len(x),
                    "batch_size": 32, "n": 2, "plot": False},
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "loadavg_before": load_before, "loadavg_after": load_after, **versions},
-        "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }, indent=2))
-    print(f"wrote {RESULTS.relative_to(HERE.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -199,17 +198,11 @@ def main():
     print(f"final training accuracy over all runs: {min(accuracies):.3f} .. {max(accuracies):.3f}")
     load_after = [_common.print_load(load_before[0])]
 
-    versions = _common.versions(*("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    _common.write_results(RESULTS, {
         "a_horovodrun_s": a, "b_cold_s": b, "c_warm_s": c, "warm_rerun_same_namespace_s": rerun,
         "b_over_a": b / a, "c_over_a": c / a, "target_c_over_a": TARGET, "target_met": c / a <= TARGET,
         "runs": {"a": a_runs, "workers": workers},
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "loadavg_before": load_before, "loadavg_after": load_after, **versions},
-        "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }, indent=2))
-    print(f"wrote {RESULTS.relative_to(HERE.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
 
 
 if __name__ == "__main__":
