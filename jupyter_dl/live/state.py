@@ -1,5 +1,6 @@
 """What the live view knows about a training run, built from the records ranks publish. No widgets here."""
 import time
+from collections import deque
 
 from .series import DownsampledSeries
 
@@ -28,7 +29,7 @@ class TrainingState:
         self.epoch_boundaries = []                         # global step at each epoch end
         self.throughput = {}                               # rank -> {"samples", "steps", "seconds"}
         self.ended_ranks = set()
-        self.latencies = []                                # engine batch end -> kernel saw it, seconds
+        self.latencies = deque(maxlen=100_000)             # engine batch end -> kernel saw it, seconds (recent)
         self._undrawn = []                                 # engine times of batches not yet drawn
         self._prev_mean = {}
         self._ema = None

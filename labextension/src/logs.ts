@@ -2,7 +2,6 @@
  * The logs tab: one rank's stdout or stderr, following the tail while the job runs.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
-import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { JobsApi } from './api';
@@ -11,7 +10,7 @@ import { formatTimestamp, isFinal } from './format';
 import { jobsIcon } from './icons';
 import { IJob, LogStream } from './model';
 import { followTail } from './tail';
-import { JobWatcher } from './watch';
+import { JobTabView } from './watch';
 
 export const DEFAULT_LOG_TAIL = 500;
 
@@ -20,16 +19,16 @@ export function widgetId(kind: string, jobId: string): string {
   return `jp-dl-${kind}-${jobId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
 }
 
-export class LogsView extends Widget {
+export class LogsView extends JobTabView {
   constructor(
-    readonly api: JobsApi,
-    private _job: IJob,
+    api: JobsApi,
+    job: IJob,
     options: { interval: number; tail: number }
   ) {
-    super();
+    super(api, job, 'jp-dl-log-message');
     this.addClass('jp-dl-LogsView');
     this._tail = Math.max(1, options.tail);
-    this._ranks = Array.from({ length: Math.max(1, _job.n || 1) }, (_, i) => i);
+    this._ranks = Array.from({ length: Math.max(1, job.n || 1) }, (_, i) => i);
 
     // Toolbar controls (added to the MainAreaWidget's toolbar by `createLogsWidget`).
     this.rankSelect = h('select', {
@@ -64,13 +63,10 @@ export class LogsView extends Widget {
     this._renderRanks();
 
     this._pre = h('pre', { className: 'jp-dl-log-text' });
-    this._message = h('div', { className: 'jp-dl-log-message' });
     this.node.append(this._message, this._pre);
     this.node.setAttribute('tabindex', '0');
 
-    this._watcher = new JobWatcher(api, _job, this, options.interval);
-    this._updateStatus();
-    this._watcher.start();
+    this.startWatching(options.interval);
   }
 
   readonly rankSelect: HTMLSelectElement;
@@ -85,20 +81,8 @@ export class LogsView extends Widget {
     return this._stream;
   }
 
-  set interval(ms: number) {
-    this._watcher.interval = ms;
-  }
-
   set tail(lines: number) {
     this._tail = Math.max(1, lines);
-  }
-
-  dispose(): void {
-    if (this.isDisposed) {
-      return;
-    }
-    this._watcher.dispose();
-    super.dispose();
   }
 
   /** Called by the watcher on every tick. */
@@ -123,8 +107,7 @@ export class LogsView extends Widget {
     const text = reply.text ?? '';
     const force = this._forceScroll;
     this._forceScroll = false;
-    setText(this._message, '');
-    this._message.classList.remove('jp-mod-error');
+    this.clearError();
     if (text !== this._text || force) {
       this._text = text;
       followTail(
@@ -141,21 +124,6 @@ export class LogsView extends Widget {
     }
     this._updated = Date.now() / 1000;
     this._updateStatus();
-  }
-
-  onJob(job: IJob): void {
-    this._job = job;
-    this._updateStatus();
-  }
-
-  showError(message: string, fatal: boolean): void {
-    setText(this._message, fatal ? `${message} (no longer polling)` : message);
-    this._message.classList.add('jp-mod-error');
-  }
-
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    void this._watcher.fetchNow();
   }
 
   private _switched(): void {
@@ -181,16 +149,14 @@ export class LogsView extends Widget {
     }
   }
 
-  private _updateStatus(): void {
+  protected _updateStatus(): void {
     const job = this._job;
     const following = isFinal(job.state) ? 'final output' : `following the last ${this._tail} lines`;
     const updated = this._updated ? ` · updated ${formatTimestamp(this._updated)}` : '';
     setText(this.status, `${job.state} · ${following}${updated}`);
   }
 
-  private _watcher: JobWatcher;
   private _pre: HTMLElement;
-  private _message: HTMLElement;
   private _rank = 0;
   private _stream: LogStream = 'stdout';
   private _ranks: number[];

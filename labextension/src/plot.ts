@@ -12,18 +12,18 @@ import { formatMetric, isFinal } from './format';
 import { jobsIcon } from './icons';
 import { widgetId } from './logs';
 import { IJob } from './model';
-import { JobWatcher } from './watch';
+import { JobTabView } from './watch';
 
 /** Pages fetched in one tick while catching up (first load, or a finished job). */
 const MAX_PAGES_PER_TICK = 50;
 
-export class LossPlotView extends Widget {
+export class LossPlotView extends JobTabView {
   constructor(
-    readonly api: JobsApi,
-    private _job: IJob,
+    api: JobsApi,
+    job: IJob,
     options: { interval: number }
   ) {
-    super();
+    super(api, job, 'jp-dl-plot-message');
     this.addClass('jp-dl-PlotView');
 
     this.logToggle = this._checkbox('Log scale', 'jp-dl-plot-log', false, on => {
@@ -36,14 +36,11 @@ export class LossPlotView extends Widget {
     });
     this.status = h('span', { className: 'jp-dl-plot-status' });
 
-    this._message = h('div', { className: 'jp-dl-plot-message' });
     this._chart = h('div', { className: 'jp-dl-plot-chart' });
     this._table = h('table', { className: 'jp-dl-epoch-table' });
     this.node.append(this._message, this._chart, this._table);
 
-    this._watcher = new JobWatcher(api, _job, this, options.interval);
-    this._updateStatus();
-    this._watcher.start();
+    this.startWatching(options.interval);
   }
 
   readonly logToggle: HTMLElement;
@@ -52,18 +49,6 @@ export class LossPlotView extends Widget {
 
   get series(): ILossSeries {
     return this._builder.series;
-  }
-
-  set interval(ms: number) {
-    this._watcher.interval = ms;
-  }
-
-  dispose(): void {
-    if (this.isDisposed) {
-      return;
-    }
-    this._watcher.dispose();
-    super.dispose();
   }
 
   /** Called by the watcher on every tick: new records since the last one. */
@@ -96,8 +81,7 @@ export class LossPlotView extends Widget {
         break;
       }
     }
-    setText(this._message, '');
-    this._message.classList.remove('jp-mod-error');
+    this.clearError();
     if (changed || !this._loaded) {
       this._loaded = true;
       this._draw();
@@ -106,20 +90,9 @@ export class LossPlotView extends Widget {
     this._updateStatus();
   }
 
-  onJob(job: IJob): void {
-    this._job = job;
-    this._updateStatus();
-  }
-
-  showError(message: string, fatal: boolean): void {
-    setText(this._message, fatal ? `${message} (no longer polling)` : message);
-    this._message.classList.add('jp-mod-error');
-  }
-
   protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
     this._draw();
-    void this._watcher.fetchNow();
+    super.onAfterShow(msg);
   }
 
   protected onResize(msg: Widget.ResizeMessage): void {
@@ -185,7 +158,7 @@ export class LossPlotView extends Widget {
     table.append(h('thead', {}, head), body);
   }
 
-  private _updateStatus(): void {
+  protected _updateStatus(): void {
     const s = this._builder.series;
     const epochs = s.epochsPlanned ? `/${s.epochsPlanned}` : '';
     const parts = [
@@ -208,14 +181,12 @@ export class LossPlotView extends Widget {
     return h('label', { className: `jp-dl-checkbox ${cls}` }, input, label);
   }
 
-  private _watcher: JobWatcher;
   private _inflight: Promise<void> | null = null;
   private _builder = new LossSeriesBuilder('loss');
   private _next = 0;
   private _loaded = false;
   private _logY = false;
   private _showRaw = true;
-  private _message: HTMLElement;
   private _chart: HTMLElement;
   private _table: HTMLTableElement;
 }

@@ -2,9 +2,12 @@
  * Shared by the logs and loss plot tabs: a poll that runs while its widget is visible and stops once the job has
  * ended and one more fetch has seen its final output.
  */
+import { Message } from '@lumino/messaging';
 import { Poll } from '@lumino/polling';
+import { Widget } from '@lumino/widgets';
 
 import { ApiError, JobsApi, errorMessage } from './api';
+import { h, setText } from './dom';
 import { isFinal } from './format';
 import { IJob } from './model';
 import { MAX_BACKOFF, MIN_POLL_INTERVAL } from './jobsModel';
@@ -113,4 +116,66 @@ export class JobWatcher {
   private _poll: Poll;
   private _done: boolean;
   private _stopped = false;
+}
+
+/**
+ * A main-area tab about one job (logs, loss plot): it holds the job, polls through a JobWatcher while visible, and
+ * shows request errors on a message line. Subclasses build their DOM, then call `startWatching`.
+ */
+export abstract class JobTabView extends Widget implements IJobView {
+  constructor(
+    readonly api: JobsApi,
+    protected _job: IJob,
+    messageClass: string
+  ) {
+    super();
+    this._message = h('div', { className: messageClass });
+  }
+
+  set interval(ms: number) {
+    this._watcher.interval = ms;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._watcher.dispose();
+    super.dispose();
+  }
+
+  /** Called by the watcher on every tick. */
+  abstract fetchData(): Promise<void>;
+
+  onJob(job: IJob): void {
+    this._job = job;
+    this._updateStatus();
+  }
+
+  showError(message: string, fatal: boolean): void {
+    setText(this._message, fatal ? `${message} (no longer polling)` : message);
+    this._message.classList.add('jp-mod-error');
+  }
+
+  protected startWatching(interval: number): void {
+    this._watcher = new JobWatcher(this.api, this._job, this, interval);
+    this._updateStatus();
+    this._watcher.start();
+  }
+
+  /** A fetch succeeded: any earlier error no longer applies. */
+  protected clearError(): void {
+    setText(this._message, '');
+    this._message.classList.remove('jp-mod-error');
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this._watcher.fetchNow();
+  }
+
+  protected abstract _updateStatus(): void;
+
+  protected readonly _message: HTMLElement;
+  protected _watcher!: JobWatcher;
 }
