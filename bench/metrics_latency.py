@@ -15,12 +15,13 @@ Results go to bench/results/metrics_latency.json.
 
     .venv/bin/python bench/metrics_latency.py [--runs 2] [--epochs 12] [--tile 8]
 """
-import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
 import os
 import statistics
 import time
 from pathlib import Path
+
+import _common  # noqa: E402  (bench/ is the script's own directory)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

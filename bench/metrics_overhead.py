@@ -24,13 +24,14 @@ with/without of the medians and the median of the per-pair ratios, and the slowd
 
     .venv/bin/python bench/metrics_overhead.py [--pairs 6] [--epochs 3] [--tile 8]
 """
-import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
 import math
 import os
 import statistics
 import time
 from pathlib import Path
+
+import _common  # noqa: E402  (bench/ is the script's own directory)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -94,6 +95,7 @@ def callback_cost(batches, batch_s, samples_per_epoch):
     """On an engine: the streaming callback alone, driven at the measured batch cadence with the engine's real
     publisher (one message per flush interval). Returns its cost per batch, wall and this thread's CPU, in seconds."""
     import time
+
     from jupyter_dl.runtime.live import LiveMetrics
 
     cb = LiveMetrics(rank=0, samples_per_epoch=samples_per_epoch, batch_size=32)

@@ -10,7 +10,6 @@ fresh Python process per cold run (so no cluster exists when (b) starts); (c) ru
 
     .venv/bin/python bench/overhead.py [--repeats 3] [--cold-runs 2]
 """
-import _common  # noqa: E402  (bench/ is the script's own directory)
 import argparse
 import json
 import os
@@ -20,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _common  # noqa: E402  (bench/ is the script's own directory)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -53,5 +53,9 @@ class JobTimeout(DistributeError):
     """The job ran past --timeout."""
 
 
+class JobStalled(DistributeError):
+    """A rank waited in a collective that the others never entered; the job was stopped."""
+
+
 class JobCancelled(DistributeError):
     """The job was interrupted or cancelled by the user."""

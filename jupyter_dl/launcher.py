@@ -16,7 +16,7 @@ from . import cell as cellmod
 from . import payload
 from . import secrets as secretsmod
 from .backends import horovod as backend
-from .errors import JobCancelled, JobTimeout, RankError, ShipError
+from .errors import JobCancelled, JobStalled, JobTimeout, RankError, ShipError
 from .jobs import Job, JobRegistry
 from .live.collector import MetricsCollector
 from .live.state import TrainingState
@@ -59,6 +59,11 @@ class Launcher(Configurable):
     ).tag(config=True)
     collective_timeout = Float(
         120.0, help="Seconds a rank waits for its peers in rendezvous and collectives (HOROVOD_GLOO_TIMEOUT_SECONDS)."
+    ).tag(config=True)
+    stall_timeout = Float(
+        120.0, help="Seconds a rank may wait in one collective (or one compiled training step) before the job is "
+                    "stopped as stalled and the error says where every rank was. 0 turns the check off; "
+                    "%%distribute --stall-timeout overrides it per job."
     ).tag(config=True)
     stop_grace = Float(
         5.0, help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
@@ -200,7 +205,8 @@ class Launcher(Configurable):
         base = {"size": len(ids), "names_in": shipment["names_in"], "names_out": shipment["names_out"],
                 "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name,
                 "stream_metrics": options.stream_metrics, "secrets": secret_values,
-                "kernel_pid": job.kernel_pid, "kernel_host": job.kernel_host}
+                "kernel_pid": job.kernel_pid, "kernel_host": job.kernel_host,
+                "stall_s": self.stall_timeout if options.stall_timeout is None else options.stall_timeout}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
@@ -220,59 +226,52 @@ class Launcher(Configurable):
         return outcomes, ars, status
 
     def _monitor(self, ids, ars, relay, feed, options):
-        """Wait for every rank, relaying output. Returns (outcome per rank, status)."""
+        """Wait for every rank, relaying output. Returns (outcome per rank, (status, failed ranks, stall reports)).
+
+        Every way a job ends early (a rank failed, --timeout, a stall, a cancel, the stop button) goes through the
+        same stop: interrupt the ranks still running, repeatedly, then kill and replace what is left after
+        stop_grace. A second stop-button press while stopping only keeps the stop going."""
         outcomes = [None] * len(ars)
         failed_order = []  # ranks in the order their failure was observed
-        stop_requested_at = None
-        last_signal = 0.0
-        status = "ok"
+        status, stop_requested_at, last_signal = "ok", None, 0.0
         deadline = time.monotonic() + options.timeout if options.timeout else None
         try:
             while True:
-                for r, ar in enumerate(ars):
-                    if outcomes[r] is None and ar.ready():
-                        outcomes[r] = _outcome_of(r, ar)
-                        if not outcomes[r]["ok"]:
-                            failed_order.append(r)
-                relay.pump()
-                feed.pump()
-                pending = [r for r, o in enumerate(outcomes) if o is None]
-                if not pending:
-                    break
-                now = time.monotonic()
-                if stop_requested_at is None:
-                    if failed_order:
-                        stop_requested_at = now  # Horovod's shutdown should release the others; give it a moment
-                    elif deadline is not None and now > deadline:
-                        status, stop_requested_at = "timeout", now
-                    elif feed.cancel_requested():
-                        status, stop_requested_at = "cancelled", now
-                if stop_requested_at is not None:
-                    if now - stop_requested_at > self.stop_grace:
-                        self._kill(ids, pending, outcomes)
+                try:
+                    for r, ar in enumerate(ars):
+                        if outcomes[r] is None and ar.ready():
+                            outcomes[r] = _outcome_of(r, ar)
+                            if not outcomes[r]["ok"]:
+                                failed_order.append(r)
+                    relay.pump()
+                    feed.pump()
+                    pending = [r for r, o in enumerate(outcomes) if o is None]
+                    if not pending:
                         break
-                    # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy
-                    # elsewhere need an interrupt. Repeat it: a rank that had not started its code ignores one.
-                    patience = self.PEER_PATIENCE if status == "ok" else 0.0
-                    if now - stop_requested_at >= patience and now - last_signal >= self.INTERRUPT_REPEAT:
-                        last_signal = now
-                        self._interrupt([ids[r] for r in pending])
-                ars[pending[0]].wait(self.poll_interval)
-        except KeyboardInterrupt:
-            status = "interrupted"
-            pending = [r for r, o in enumerate(outcomes) if o is None]
-            end = time.monotonic() + self.stop_grace
-            last_signal = 0.0
-            while pending and time.monotonic() < end:
-                if time.monotonic() - last_signal >= self.INTERRUPT_REPEAT:
-                    last_signal = time.monotonic()
-                    self._interrupt([ids[r] for r in pending])
-                time.sleep(self.poll_interval)
-                for r in list(pending):
-                    if ars[r].ready():
-                        outcomes[r] = _outcome_of(r, ars[r])
-                        pending.remove(r)
-            self._kill(ids, pending, outcomes)
+                    now = time.monotonic()
+                    if stop_requested_at is None:
+                        if failed_order:
+                            stop_requested_at = now  # Horovod's shutdown should release the others; give it a moment
+                        elif deadline is not None and now > deadline:
+                            status, stop_requested_at = "timeout", now
+                        elif feed.stalls:
+                            status, stop_requested_at = "stalled", now
+                        elif feed.cancel_requested():
+                            status, stop_requested_at = "cancelled", now
+                    if stop_requested_at is not None:
+                        if now - stop_requested_at > self.stop_grace:
+                            self._kill(ids, pending, outcomes)
+                            break
+                        # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy
+                        # elsewhere need an interrupt. Repeat it: a rank that had not started its code ignores one.
+                        patience = self.PEER_PATIENCE if status == "ok" else 0.0
+                        if now - stop_requested_at >= patience and now - last_signal >= self.INTERRUPT_REPEAT:
+                            last_signal = now
+                            self._interrupt([ids[r] for r in pending])
+                    ars[pending[0]].wait(self.poll_interval)
+                except KeyboardInterrupt:
+                    if status != "interrupted":
+                        status, stop_requested_at, last_signal = "interrupted", time.monotonic(), 0.0
         finally:
             for r, ar in enumerate(ars):
                 if outcomes[r] is not None and outcomes[r].get("ok"):
@@ -284,7 +283,7 @@ class Launcher(Configurable):
         died = [ids[r] for r, o in enumerate(outcomes) if o and o.get("died")]
         if died:
             self.cluster.replace_dead(died)  # so the next cell finds as many engines as before
-        return outcomes, (status, failed_order)
+        return outcomes, (status, failed_order, dict(feed.stalls))
 
     def _interrupt(self, engine_ids):
         if engine_ids:
@@ -299,7 +298,7 @@ class Launcher(Configurable):
 
     # --------------------------------------------------------------------------------------------- finish
     def _finish(self, job, status, outcomes, options):
-        status, failed_order = status
+        status, failed_order, stalls = status
         if status == "interrupted":
             job.transition("cancelled", error="interrupted")
             print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
@@ -313,6 +312,11 @@ class Launcher(Configurable):
             where = "; ".join(f"rank {r} was in {_last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
             raise JobTimeout(f"job {job.name!r} ran past --timeout {options.timeout:g}s and was stopped"
                              f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter")
+        if status == "stalled":
+            job.transition("failed", error="stalled")
+            raise JobStalled(f"job {job.name!r} stalled: {describe_stall(stalls, outcomes)}; all {job.n} ranks "
+                             f"stopped. Every rank must run the same collectives in the same order; if one rank "
+                             f"legitimately works alone this long, raise --stall-timeout")
         if status == "failed":
             root = next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
             first = outcomes[root]
@@ -336,9 +340,13 @@ class _MetricsFeed:
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
         self.ars, self.redact = ars, redact
         self._logs_at = self._cancel_at = 0.0
+        self.stalls = {}  # rank -> its stall report
 
     def pump(self, final=False):
         records = self.collector.poll()
+        for record in records:
+            if record.get("kind") == "stall":
+                self.stalls.setdefault(record["rank"], record)
         if records:
             self.state.consume(records)
             self.job.progress = {**self.state.progress(), "sparkline": self._sparkline()}
@@ -380,6 +388,38 @@ def _redacted(outcome, redact):
                                   if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1")) else blob)
                            for name, blob in values.items()}
     return clean
+
+
+def describe_stall(stalls, outcomes) -> str:
+    """Which ranks waited in what, and where the others were when they were stopped."""
+    waits = [f"rank {r} waited {rep['waited_s']:.0f}s in {rep['what']}" + (f" ({rep['where']})" if rep["where"] else "")
+             for r, rep in sorted(stalls.items())]
+    others = []
+    for r, outcome in enumerate(outcomes):
+        if r in stalls or outcome is None:
+            continue
+        if outcome.get("ok"):
+            others.append(f"rank {r} had finished")
+        elif outcome.get("ename") == "Killed":
+            others.append(f"rank {r} did not stop and was killed")
+        else:
+            others.append(f"rank {r} was at {_cell_line(outcome) or _last_frame(outcome)}")
+    if not others:
+        return "; ".join(waits) + "; every rank was waiting, in different collectives"
+    return "; ".join(waits) + ", which the others never entered (" + "; ".join(others) + ")"
+
+
+def _cell_line(outcome) -> str:
+    """'cell line N: <source>' of the innermost frame in the user's cell in a rank's traceback, else ''."""
+    lines = outcome.get("traceback", "").splitlines()
+    found = ""
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if text.startswith('File "<distribute-cell') and ", line " in text:
+            number = text.split(", line ", 1)[1].split(",", 1)[0]
+            source = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].strip().startswith("File ") else ""
+            found = f"cell line {number}" + (f": {source}" if source else "")
+    return found
 
 
 def _last_frame(outcome) -> str:

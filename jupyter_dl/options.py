@@ -21,6 +21,7 @@ class RunOptions:
     manual: bool = False
     plot: bool = True             # the live figure and progress bar in the cell (--no-plot turns them off)
     secrets: tuple = ()           # names only: values are looked up at launch and never stored
+    stall_timeout: float | None = None  # seconds in one collective before the job is stopped; None: the trait
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
 
     def validate(self):
@@ -35,6 +36,8 @@ class RunOptions:
         for name in self.secrets:
             if not name.replace("_", "").isalnum():
                 raise UsageError(f"--secret takes an environment variable name, got {name!r}")
+        if self.stall_timeout is not None and not self.stall_timeout >= 0:
+            raise UsageError(f"--stall-timeout must be seconds >= 0, 0 to turn it off (got {self.stall_timeout!r})")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
         return self
@@ -71,12 +74,24 @@ def _seconds(text):
     return value
 
 
+def _seconds_or_off(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (0 turns it off), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def distribute_parser():
     p = _Parser(prog="%%distribute", add_help=False)
     p.add_argument("-n", type=_positive_int, default=None, help="number of ranks (default: all engines)")
     p.add_argument("--name", default=None, help="job name")
     p.add_argument("--backend", choices=BACKENDS, default="horovod")
     p.add_argument("--timeout", type=_seconds, default=None, help="stop the job after this many seconds")
+    p.add_argument("--stall-timeout", type=_seconds_or_off, default=None, dest="stall_timeout",
+                   help="stop the job when a rank waits this long in a collective the others never enter")
     p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")

@@ -1,6 +1,5 @@
 """Shared fixtures. Everything here is real: a local ipyparallel cluster with 2 engines, Horovod over gloo."""
 import os
-
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

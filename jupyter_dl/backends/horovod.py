@@ -81,7 +81,8 @@ class Rendezvous:
 
 def init(environment: dict):
     """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn."""
-    import horovod.tensorflow as hvd
+    with _native_stderr_muted():  # TensorFlow's start-up chatter would land in the first job's cell
+        import horovod.tensorflow as hvd
 
     if hvd.is_initialized():
         hvd.shutdown()
@@ -147,6 +148,14 @@ def allreduce(value, op="average", name=None):
 
     ops = {"average": hvd.Average, "sum": hvd.Sum, "min": hvd.Min, "max": hvd.Max}
     return hvd.allreduce(tf.convert_to_tensor(value), op=ops[op], name=name).numpy()
+
+
+# The generated wrappers of Horovod's TensorFlow ops: a rank's main thread inside one of these is in a collective.
+COLLECTIVE_OPS = {"horovod_allreduce": "allreduce", "horovod_grouped_allreduce": "allreduce",
+                  "horovod_broadcast": "broadcast", "horovod_allgather": "allgather",
+                  "horovod_grouped_allgather": "allgather", "horovod_alltoall": "alltoall",
+                  "horovod_reducescatter": "reducescatter", "horovod_grouped_reducescatter": "reducescatter",
+                  "horovod_join": "join", "horovod_barrier": "barrier"}
 
 
 def _dense(grad):

@@ -13,7 +13,7 @@ import time
 FLUSH_INTERVAL = 0.1
 
 
-def _engine_publisher():
+def engine_publisher():
     """ipyparallel's publish_data when running inside an engine, else None (then records are only kept locally)."""
     try:
         from ipykernel.zmqshell import ZMQInteractiveShell
@@ -41,7 +41,7 @@ def _make_callback_class():
             self.samples_per_epoch = samples_per_epoch
             self.batch_size = batch_size
             self.flush_interval = flush_interval
-            self._publish = publish if publish is not None else _engine_publisher()
+            self._publish = publish if publish is not None else engine_publisher()
             self._buffer = []
             self._seq = 0
             self._last_flush = 0.0

@@ -7,6 +7,7 @@ failing rank from the peers that only failed because it left.
 import _thread
 import builtins
 import contextlib
+import itertools
 import linecache
 import os
 import signal
@@ -18,6 +19,8 @@ import traceback
 
 from .. import payload
 from ..backends import horovod as backend
+from .native_stderr import NativeStderr
+from .stall_watch import StallWatch
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
 _SHIPPED = {}
@@ -79,7 +82,8 @@ def run(spec: dict) -> dict:
 
             hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True))
         t1 = time.perf_counter()
-        with hooks if hooks is not None else contextlib.nullcontext():
+        stall_watch = StallWatch(rank, spec.get("stall_s"), _stall_reporter(rank))
+        with NativeStderr(sys.stderr), stall_watch, hooks if hooks is not None else contextlib.nullcontext():
             if spec["mode"] == "cell":
                 filename = f"<distribute-cell {spec.get('job_name', '')}>"
                 linecache.cache[filename] = (len(spec["code"]), None, spec["code"].splitlines(True), filename)
@@ -119,6 +123,23 @@ def run(spec: dict) -> dict:
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
+
+
+def _stall_reporter(rank):
+    """Tell the kernel (through ipyparallel's data publication) and this rank's log that the rank is stuck."""
+    from .live import engine_publisher
+
+    publish = engine_publisher()
+    sent = itertools.count()
+
+    def report(record):
+        where = f" at {record['where']}" if record["where"] else ""
+        print(f"[jupyter-dl] rank {rank} has waited {record['waited_s']:.0f}s in {record['what']}{where}",
+              file=sys.stderr, flush=True)
+        if publish is not None:
+            publish({f"jdl.{rank}.stall.{next(sent)}": [record]})
+
+    return report
 
 
 class _KernelWatch:
