@@ -60,7 +60,7 @@ def session(parent=None) -> Session:
 
 def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name=None, timeout=None,
                output="rank0", lr_scale="linear", manual=False, backend="horovod", all_ranks=False, plot=None,
-               stream_metrics=True, secrets=(), stall_timeout=None):
+               stream_metrics=True, secrets=(), stall_timeout=None, restarts=0, checkpoint_dir=None):
     """Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank Horovod job on the cluster.
 
     With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
@@ -69,11 +69,14 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
     Zero-code-change Keras interception is on unless manual=True. plot: show the live view and summary (default:
     when running in a notebook kernel). stream_metrics=False stops engine-side metric streaming (to measure it).
     stall_timeout: seconds one rank may wait in a collective the others never enter (default: the Launcher's).
+    restarts, checkpoint_dir: restart a failed job up to `restarts` times, resuming each Keras fit from the
+    checkpoint rank 0 saves in checkpoint_dir every epoch.
     """
     in_kernel = _in_kernel()
     options = RunOptions(n=n, name=name, backend=backend, timeout=timeout, output=output, lr_scale=lr_scale,
                          manual=manual, plot=in_kernel if plot is None else plot, stream_metrics=stream_metrics,
-                         secrets=tuple(secrets), stall_timeout=stall_timeout)
+                         secrets=tuple(secrets), stall_timeout=stall_timeout, restarts=restarts,
+                         checkpoint_dir=checkpoint_dir)
     current = session()
     show_view = in_kernel or bool(plot)
     key = summary_mod.work_key(fn_or_code)

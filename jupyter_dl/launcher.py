@@ -105,16 +105,23 @@ class Launcher(Configurable):
         job.transition("starting")
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
+        attempt = 0
         try:
-            self.cluster.ensure(n)
-            ids = self._place(n)
-            job.engine_ids = ids
-            job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
-            t_cluster = time.perf_counter()
-            shipped = self._ship(ids, shipment)
-            t_ship = time.perf_counter()
-            outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
-                                                  observers, secret_values, redact)
+            while True:
+                self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
+                ids = self._place(n)
+                job.engine_ids = ids
+                job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+                t_cluster = time.perf_counter()
+                shipped = self._ship(ids, shipment)
+                t_ship = time.perf_counter()
+                outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
+                                                      observers, secret_values, redact, attempt)
+                if status[0] not in ("failed", "stalled") or attempt >= options.restarts:
+                    break
+                attempt += 1
+                self._restarting(job, state, attempt, options, _failure_summary(status, outcomes, redact),
+                                 stderr)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
@@ -134,6 +141,17 @@ class Launcher(Configurable):
             picked = outcomes if work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
         return result
+
+    def _restarting(self, job, state, attempt, options, reason, stderr):
+        """Record a restart where the notebook, the job store and the live plot will show it."""
+        record = {"kind": "restart", "attempt": attempt, "reason": reason, "t": time.time()}
+        job.restarts.append({k: record[k] for k in ("attempt", "reason", "t")})
+        state.restarted(attempt, reason)
+        if self.registry.store is not None:
+            self.registry.store.append_metrics(job.id, [record])
+        job.changed()
+        print(f"[jupyter-dl] {reason}; restart {attempt} of {options.restarts}, from the last checkpoint in "
+              f"{options.checkpoint_dir}", file=stderr or sys.stderr, flush=True)
 
     # -------------------------------------------------------------------------------------------- prepare
     def _prepare(self, work):
@@ -194,7 +212,8 @@ class Launcher(Configurable):
         return sorted(blobs)
 
     # -------------------------------------------------------------------------------------------- execute
-    def _execute(self, job, ids, work, shipment, options, stdout, stderr, state, observers, secret_values, redact):
+    def _execute(self, job, ids, work, shipment, options, stdout, stderr, state, observers, secret_values, redact,
+                 attempt=0):
         from .runtime import rank as rank_mod
 
         all_local = self.cluster.all_local(ids)
@@ -206,7 +225,8 @@ class Launcher(Configurable):
                 "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name,
                 "stream_metrics": options.stream_metrics, "secrets": secret_values,
                 "kernel_pid": job.kernel_pid, "kernel_host": job.kernel_host,
-                "stall_s": self.stall_timeout if options.stall_timeout is None else options.stall_timeout}
+                "stall_s": self.stall_timeout if options.stall_timeout is None else options.stall_timeout,
+                "checkpoint_dir": options.checkpoint_dir, "attempt": attempt}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
@@ -215,8 +235,9 @@ class Launcher(Configurable):
             ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": rendezvous.environments[r]})
                    for r, eid in enumerate(ids)]
             job.transition("running")
-            for observer in observers:
-                observer.started(job)
+            if attempt == 0:  # a restart goes on in the same view
+                for observer in observers:
+                    observer.started(job)
             relay = OutputRelay(dict(enumerate(ars)), options.output, stdout, stderr, redact)
             feed = _MetricsFeed(job, MetricsCollector(dict(enumerate(ars))), state, observers, self.registry.store,
                                 ars, redact)
@@ -318,13 +339,15 @@ class Launcher(Configurable):
                              f"stopped. Every rank must run the same collectives in the same order; if one rank "
                              f"legitimately works alone this long, raise --stall-timeout")
         if status == "failed":
-            root = next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
+            root = _root_failure(outcomes, failed_order)
             first = outcomes[root]
             others = {r: f"{o['ename']}: {o['evalue']}".strip().splitlines()[0]
                       for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
             others.update({r: "finished normally" for r, o in enumerate(outcomes) if o and o["ok"]})
             job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
-            raise RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others, job.name)
+            after = f" (after {len(job.restarts)} restarts)" if job.restarts else ""
+            raise RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others,
+                            job.name + after)
         job.transition("succeeded")
 
 
@@ -388,6 +411,22 @@ def _redacted(outcome, redact):
                                   if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1")) else blob)
                            for name, blob in values.items()}
     return clean
+
+
+def _root_failure(outcomes, failed_order):
+    """The rank whose failure caused the others': the first that did not only fail because a peer left."""
+    return next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
+
+
+def _failure_summary(status, outcomes, redact) -> str:
+    """One line on why an attempt failed, for the restart message."""
+    status, failed_order, stalls = status
+    if status == "stalled":
+        return redact(f"the job stalled ({describe_stall(stalls, outcomes)})")
+    root = _root_failure(outcomes, failed_order)
+    first = outcomes[root]
+    text = f"{first['ename']}: {first['evalue']}".strip().splitlines()[0]
+    return redact(f"rank {root} failed ({text})")
 
 
 def describe_stall(stalls, outcomes) -> str:

@@ -1,5 +1,6 @@
 """Options of one distributed run, validated in one place for the magic and the Python API alike."""
 import argparse
+import os
 import shlex
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ class RunOptions:
     plot: bool = True             # the live figure and progress bar in the cell (--no-plot turns them off)
     secrets: tuple = ()           # names only: values are looked up at launch and never stored
     stall_timeout: float | None = None  # seconds in one collective before the job is stopped; None: the trait
+    restarts: int = 0             # how often a failed job is restarted from its last checkpoint
+    checkpoint_dir: str | None = None  # where rank 0 saves a checkpoint every epoch (absolute after validate)
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
 
     def validate(self):
@@ -38,6 +41,19 @@ class RunOptions:
                 raise UsageError(f"--secret takes an environment variable name, got {name!r}")
         if self.stall_timeout is not None and not self.stall_timeout >= 0:
             raise UsageError(f"--stall-timeout must be seconds >= 0, 0 to turn it off (got {self.stall_timeout!r})")
+        if not isinstance(self.restarts, int) or self.restarts < 0:
+            raise UsageError(f"--restarts must be a whole number >= 0 (got {self.restarts!r})")
+        if self.restarts and not self.checkpoint_dir:
+            raise UsageError("--restarts needs --checkpoint-dir DIR: rank 0 saves a checkpoint there every epoch "
+                             "and a restart resumes from it")
+        if self.checkpoint_dir and self.manual:
+            raise UsageError("--checkpoint-dir works through the Keras interception, which --manual turns off; "
+                             "save and load checkpoints yourself in a --manual cell")
+        if self.checkpoint_dir:
+            # Engines may run in another working directory: they get an absolute path.
+            self.checkpoint_dir = os.path.abspath(os.path.expanduser(self.checkpoint_dir))
+            if os.path.exists(self.checkpoint_dir) and not os.path.isdir(self.checkpoint_dir):
+                raise UsageError(f"--checkpoint-dir {self.checkpoint_dir} is a file; name a directory")
         if self.timeout is not None and not self.timeout > 0:
             raise UsageError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
         return self
@@ -61,6 +77,16 @@ def _positive_int(text):
         raise argparse.ArgumentTypeError(f"expected a whole number of ranks, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -92,6 +118,10 @@ def distribute_parser():
     p.add_argument("--timeout", type=_seconds, default=None, help="stop the job after this many seconds")
     p.add_argument("--stall-timeout", type=_seconds_or_off, default=None, dest="stall_timeout",
                    help="stop the job when a rank waits this long in a collective the others never enter")
+    p.add_argument("--restarts", type=_count, default=0, metavar="R",
+                   help="after a failure, restart the job up to R times from its last checkpoint")
+    p.add_argument("--checkpoint-dir", default=None, dest="checkpoint_dir", metavar="DIR",
+                   help="rank 0 saves a checkpoint here every epoch; an unfinished one is resumed")
     p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")

@@ -133,6 +133,10 @@ def test_timeout_stops_a_stalled_job(shell):
     ("--output rank7", "--output"),
     ("--bogus", "unrecognized arguments: --bogus"),
     ("--timeout -1", "--timeout"),
+    ("--restarts 2", "--checkpoint-dir"),
+    ("--restarts -1", "--restarts"),
+    ("--manual --checkpoint-dir ckpt", "--manual"),
+    ("--stall-timeout -2", "--stall-timeout"),
 ])
 def test_bad_arguments_print_one_line_and_start_nothing(shell, capsys, line, needle):
     before = len(jobs(shell))

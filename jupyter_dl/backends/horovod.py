@@ -132,6 +132,13 @@ def broadcast_from_root(variables, root_rank=0):
         var.assign(hvd.broadcast(value, root_rank=root_rank, name=f"jdl.bcast.{i}"))
 
 
+def broadcast_object(obj, root_rank=0, name=None):
+    """Rank 0's picklable object, on every rank."""
+    import horovod.tensorflow as hvd
+
+    return hvd.broadcast_object(obj, root_rank=root_rank, name=name)
+
+
 def average_scalars(values, name="jdl.metrics"):
     """Average a list of floats across ranks."""
     import horovod.tensorflow as hvd

@@ -31,6 +31,7 @@ class Job:
     error: str | None = None
     progress: dict = field(default_factory=dict)   # epoch, epochs, step, steps, fraction, samples_per_s, eta_s
     timings: dict = field(default_factory=dict)
+    restarts: list = field(default_factory=list)   # one {"attempt", "reason", "t"} per restart after a failure
 
     def __post_init__(self):
         self.timestamps.setdefault(self.state, self.created)

@@ -33,6 +33,16 @@ class DownsampledSeries:
         self._ys = [(ys[i] + ys[i + 1]) / 2 for i in range(0, len(ys) - 1, 2)]
         self.bucket *= 2
 
+    def truncate(self, x_max: float):
+        """Forget the points after x_max (a restart goes back to its checkpoint). The bucket being filled is
+        dropped too: it may hold points from after x_max."""
+        kept = [i for i, x in enumerate(self._xs) if x <= x_max]
+        self._xs = [self._xs[i] for i in kept]
+        self._ys = [self._ys[i] for i in kept]
+        self._sum_x = self._sum_y = 0.0
+        self._n = 0
+        self.count = len(self._xs) * self.bucket
+
     def points(self):
         """(xs, ys) to draw, at most `budget` long; the bucket being filled shows as its running mean."""
         if self._n:

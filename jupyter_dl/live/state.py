@@ -36,6 +36,8 @@ class TrainingState:
         self._rate_window = []                             # (engine time, global step) for live speed
         self.first_t = None
         self.last_t = None
+        self.restarts = []                                 # {"attempt", "reason", "step", "epoch"} per restart
+        self._pending_restart = None
 
     # ---------------------------------------------------------------------------------------------- input
     def consume(self, records):
@@ -46,6 +48,8 @@ class TrainingState:
                 self.first_t = t if self.first_t is None else min(self.first_t, t)
                 self.last_t = t if self.last_t is None else max(self.last_t, t)
             if kind == "begin":
+                if self._pending_restart is not None:
+                    self._resume_at(record.get("initial_epoch") or 0)
                 self.ranks.add(record["rank"])
                 self.epochs = record.get("epochs") or self.epochs
                 self.steps = record.get("steps") or self.steps
@@ -89,6 +93,26 @@ class TrainingState:
         self.epoch_boundaries.append(self.global_step)
         for key, value in logs.items():
             self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(self.global_step, value)
+
+    def restarted(self, attempt, reason):
+        """The job restarts after a failure. Its next run begins at the epoch its checkpoint reached: what was
+        drawn after that is dropped (it is trained again), and the restart is marked where the new run begins."""
+        self._pending_restart = {"attempt": attempt, "reason": reason}
+        self.ended_ranks.clear()
+        self._rate_window = []
+
+    def _resume_at(self, epoch):
+        epoch = min(epoch, len(self.epoch_logs))
+        self.global_step = self.epoch_boundaries[epoch - 1] if epoch else 0
+        self.epoch_logs = self.epoch_logs[:epoch]
+        self.epoch_boundaries = self.epoch_boundaries[:epoch]
+        self.batch_loss.truncate(self.global_step)
+        for series in self.epoch_series.values():
+            series.truncate(self.global_step)
+        self._prev_mean = {}
+        self._ema = None
+        self.restarts.append({**self._pending_restart, "step": self.global_step, "epoch": epoch})
+        self._pending_restart = None
 
     # --------------------------------------------------------------------------------------------- output
     def has_undrawn(self):

@@ -22,7 +22,8 @@ def summarize(job, state, baseline_sps=None) -> dict:
     return {"job": job.name, "state": job.state, "ranks": job.n, "wall_s": job.elapsed,
             "samples_per_s": total, "samples_per_s_by_rank": per_rank,
             "final_metrics": dict(state.epoch_logs[-1]) if state.epoch_logs else {},
-            "scaling_efficiency": efficiency, "baseline_samples_per_s": baseline_sps}
+            "scaling_efficiency": efficiency, "baseline_samples_per_s": baseline_sps,
+            "restarts": len(getattr(job, "restarts", []))}
 
 
 def _fmt_rate(value):
@@ -30,7 +31,8 @@ def _fmt_rate(value):
 
 
 def as_text(s: dict) -> str:
-    parts = [f"{s['job']}: {s['state']} in {s['wall_s']:.1f} s on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"]
+    parts = [f"{s['job']}: {s['state']} in {s['wall_s']:.1f} s on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
+             + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")]
     if s["samples_per_s"]:
         by_rank = ", ".join(f"rank {r}: {_fmt_rate(v)}" for r, v in s["samples_per_s_by_rank"].items())
         parts.append(f"{_fmt_rate(s['samples_per_s'])} samples/s ({by_rank})")

@@ -10,6 +10,7 @@ import time
 from .summary import as_html, as_text, summarize
 
 MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces show the boundaries
+RESTART_COLOR = "#d62728"
 
 
 def _display(obj, **kwargs):
@@ -80,6 +81,15 @@ class LiveView:
                 dict(type="line", x0=b, x1=b, yref="paper", y0=0, y1=1,
                      line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"))
                 for b in state.epoch_boundaries[-MAX_BOUNDARY_MARKS:]
+            ] + [
+                dict(type="line", x0=r["step"], x1=r["step"], yref="paper", y0=0, y1=1,
+                     line=dict(dash="dash", width=2, color=RESTART_COLOR))
+                for r in state.restarts
+            ]
+            self.figure.layout.annotations = [
+                dict(x=r["step"], y=1, yref="paper", yanchor="bottom", showarrow=False, text=f"restart {r['attempt']}",
+                     hovertext=r["reason"], font=dict(size=11, color=RESTART_COLOR))
+                for r in state.restarts
             ]
         drawn = time.time()
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())

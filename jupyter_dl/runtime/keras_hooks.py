@@ -24,11 +24,15 @@ def lr_scale_factor(mode: str, size: int) -> float:
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
-    def __init__(self, rank: int, size: int, lr_scale: str = "linear", stream_metrics: bool = True):
+    def __init__(self, rank: int, size: int, lr_scale: str = "linear", stream_metrics: bool = True,
+                 checkpoint_dir: str | None = None, attempt: int = 0):
         self.rank = rank
         self.size = size
         self.lr_scale = lr_scale
         self.stream_metrics = stream_metrics
+        self.checkpoint_dir = checkpoint_dir
+        self.attempt = attempt          # 0 for a job's first run, then one more per restart
+        self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
         self._wrapped_optimizers = []  # (optimizer, original class, original learning rate)
 
     def __enter__(self):
@@ -90,19 +94,48 @@ class KerasHooks:
         from .sharding import shard_fit_inputs
 
         x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
+        checkpoint, resume = self._checkpoint_for_this_fit()
+        if resume is not None:
+            kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
+            if self.rank == 0:
+                print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
         callbacks = list(kwargs.get("callbacks") or [])
-        extra = [_make_sync_callback(self._keras, model)]
+        extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume)]
+        if checkpoint is not None:
+            extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
             from .live import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
-            extra.append(LiveMetrics(self.rank, samples, batch_size))
+            extra.append(LiveMetrics(self.rank, samples, batch_size, initial_epoch=kwargs.get("initial_epoch") or 0))
         if self.rank != 0:
             callbacks = [cb for cb in callbacks if type(cb).__name__ not in _ROOT_ONLY_CALLBACKS]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         kwargs["callbacks"] = extra + callbacks
-        return self._orig_fit(model, x, y, *args, **kwargs)
+        history = self._orig_fit(model, x, y, *args, **kwargs)
+        if resume is not None:
+            _prepend_history(history, resume["meta"]["history"])
+        if checkpoint is not None and self.rank == 0:
+            checkpoint.mark_complete()
+        return history
+
+    def _checkpoint_for_this_fit(self):
+        """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
+        if not self.checkpoint_dir:
+            return None, None
+        from .checkpoints import FitCheckpoint
+
+        index = self._fits
+        self._fits += 1
+        checkpoint = FitCheckpoint(self.checkpoint_dir, index)
+        found = None
+        if self.rank == 0:
+            # A restart of this job also restores fits it had finished; a new run only resumes an unfinished one.
+            hit = checkpoint.find(include_complete=self.attempt > 0)
+            found = {"path": hit[0], "meta": hit[1]} if hit else None
+        # Every rank must start at the same epoch, or one would wait forever for the others' last allreduce.
+        return checkpoint, backend.broadcast_object(found, name=f"jdl.ckpt.{index}")
 
 
 def _samples_per_epoch(x, kwargs):
@@ -118,16 +151,51 @@ def _samples_per_epoch(x, kwargs):
     return kwargs.get("batch_size") or 32, n
 
 
-def _make_sync_callback(keras, model):
+def _prepend_history(history, saved):
+    """Make the History of a resumed fit whole: the epochs before the restart, then the ones trained now."""
+    history.epoch = list(saved["epochs"]) + list(history.epoch)
+    for key, values in saved["logs"].items():
+        history.history[key] = list(values) + list(history.history.get(key, []))
+
+
+def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
+    class EpochCheckpoint(keras.callbacks.Callback):
+        """Rank 0 saves the model, the optimizer and the history so far at every epoch end."""
+
+        def __init__(self):
+            super().__init__()
+            saved = resume["meta"]["history"] if resume else {"epochs": [], "logs": {}}
+            self.history = {"epochs": list(saved["epochs"]), "logs": {k: list(v) for k, v in saved["logs"].items()}}
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.history["epochs"].append(epoch)
+            for key, value in (logs or {}).items():
+                self.history["logs"].setdefault(key, []).append(float(value))
+            if rank == 0:
+                checkpoint.save(model, epoch, self.history)
+
+    return EpochCheckpoint()
+
+
+def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None):
     class RankSync(keras.callbacks.Callback):
-        """Broadcast rank 0's variables when training starts; average epoch metrics across ranks."""
+        """Broadcast rank 0's variables when training starts (restored from the checkpoint when resuming);
+        average epoch metrics across ranks."""
 
         def __init__(self):
             super().__init__()
             self._optimizer_synced = False
 
         def on_train_begin(self, logs=None):
-            if model.built:
+            if resume is not None:
+                # The optimizer's slots must exist on every rank before its state can be broadcast.
+                if model.optimizer is not None and not model.optimizer.built:
+                    model.optimizer.build(model.trainable_variables)
+                if rank == 0:
+                    checkpoint.restore(resume["path"], model)
+                optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
+                backend.broadcast_from_root(list(model.variables) + optimizer_variables)
+            elif model.built:
                 backend.broadcast_from_root(model.variables)
 
         def on_train_batch_end(self, batch, logs=None):

@@ -31,7 +31,7 @@ def _make_callback_class():
 
     class LiveMetrics(keras.callbacks.Callback):
         def __init__(self, rank=None, samples_per_epoch=None, batch_size=None, flush_interval=FLUSH_INTERVAL,
-                     publish=None):
+                     publish=None, initial_epoch=0):
             super().__init__()
             if rank is None:
                 from ..backends import horovod as backend
@@ -40,6 +40,7 @@ def _make_callback_class():
             self.rank = rank
             self.samples_per_epoch = samples_per_epoch
             self.batch_size = batch_size
+            self.initial_epoch = initial_epoch  # > 0 when resuming from a checkpoint
             self.flush_interval = flush_interval
             self._publish = publish if publish is not None else engine_publisher()
             self._buffer = []
@@ -78,7 +79,8 @@ def _make_callback_class():
             self._epoch_steps = params.get("steps")
             self._emit({"kind": "begin", "rank": self.rank, "t": time.time(), "epochs": params.get("epochs"),
                         "steps": self._epoch_steps, "batch_size": self.batch_size,
-                        "samples_per_epoch": self.samples_per_epoch}, force=True)
+                        "samples_per_epoch": self.samples_per_epoch, "initial_epoch": self.initial_epoch},
+                       force=True)
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch

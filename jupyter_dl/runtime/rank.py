@@ -80,7 +80,8 @@ def run(spec: dict) -> dict:
         if not spec.get("manual"):
             from .keras_hooks import KerasHooks
 
-            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True))
+            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True),
+                               checkpoint_dir=spec.get("checkpoint_dir"), attempt=spec.get("attempt", 0))
         t1 = time.perf_counter()
         stall_watch = StallWatch(rank, spec.get("stall_s"), _stall_reporter(rank))
         with NativeStderr(sys.stderr), stall_watch, hooks if hooks is not None else contextlib.nullcontext():

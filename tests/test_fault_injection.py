@@ -1,0 +1,56 @@
+"""The fault-injection suite: every kind of failure from tests/fault_catalog.py, on real engines with real Horovod.
+
+For each fault: the cell raises the right error, naming the failing rank, within the time the issue promises
+(measured from the injected failure or the stop request); the job's record says how it ended; and the next job runs
+on as many engines as before (dead or stuck engines were replaced).
+"""
+import pytest
+
+import jupyter_dl
+from jupyter_dl.errors import JobCancelled, JobStalled, JobTimeout, RankError
+
+from fault_catalog import FAULTS, run_fault
+
+EXPECTED = {"rank_error": RankError, "stalled": JobStalled, "timeout": JobTimeout, "cancelled": JobCancelled,
+            "interrupted": KeyboardInterrupt}
+# Seconds from the failure to the error. Stops (cancel, interrupt) must take under 3 s; errors under 10 s;
+# a stall is noticed after --stall-timeout, and a timeout fires after --timeout.
+LIMITS = {"rank_error": 10.0, "cancelled": 3.0, "interrupted": 3.0, "stalled": 1.5 + 10.0, "timeout": 4 + 10.0}
+FINAL_STATE = {"rank_error": "failed", "stalled": "failed", "timeout": "failed", "cancelled": "cancelled",
+               "interrupted": "cancelled", "restarted": "succeeded"}
+
+
+def _size():
+    import horovod.tensorflow as hvd
+
+    return hvd.size()
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_injected_failure_is_reported_and_repaired(dl_session, tmp_path, fault):
+    assert jupyter_dl.distribute(_size, n=2) == 2  # warm engines: the limits are for failing, not starting
+    run = run_fault(fault, str(tmp_path))
+    assert run.injected is not None, f"the failure was never injected ({run.error!r})"
+    job = dl_session.jobs.all()[-1]
+    assert job.name == fault.name and job.state == FINAL_STATE[fault.expect], (job.state, job.error, run.error)
+    if fault.expect == "restarted":
+        assert run.error is None, repr(run.error)
+        assert len(job.restarts) == 1 and f"rank {fault.rank} failed" in job.restarts[0]["reason"]
+        assert run.result.state.restarts[0]["epoch"] == 2  # resumed after the 2 epochs it had checkpointed
+    else:
+        assert isinstance(run.error, EXPECTED[fault.expect]), repr(run.error)
+        took = run.time_to_error
+        print(f"{fault.name}: time to error {took:.2f}s")
+        assert took < LIMITS[fault.expect], f"{fault.name}: {took:.2f}s from failure to error"
+    if fault.expect == "rank_error":
+        assert run.error.rank == fault.rank and run.error.ename == fault.ename, str(run.error)
+        assert 1 - fault.rank in run.error.others  # the peer was released and said what it saw
+    if fault.expect == "stalled":
+        message = str(run.error)
+        waiting = [0, 1] if fault.rank == -1 else [1 - fault.rank]
+        for r in waiting:
+            assert f"rank {r} waited" in message, message
+        if fault.rank != -1:
+            assert f"rank {fault.rank} was at cell line" in message and "time.sleep(120)" in message, message
+    # The cluster is whole again: the next job gets its 2 ranks.
+    assert jupyter_dl.distribute(_size, n=2) == 2
