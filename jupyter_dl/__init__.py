@@ -1,7 +1,7 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
 from ._version import __version__
 
-__all__ = ["__version__", "distribute", "shutdown", "load_ipython_extension", "LiveMetrics"]
+__all__ = ["LiveMetrics", "__version__", "distribute", "load_ipython_extension", "lr_find", "shutdown"]
 
 
 def LiveMetrics(*args, **kwargs):
@@ -18,6 +18,15 @@ def distribute(*args, **kwargs):
 
 
 distribute.__doc__ = "Run a function or a cell's code as a distributed job; see jupyter_dl.api.distribute."
+
+
+def lr_find(*args, **kwargs):
+    from .lr_finder import lr_find as _lr_find
+
+    return _lr_find(*args, **kwargs)
+
+
+lr_find.__doc__ = "Learning-rate range test on a compiled Keras model; see jupyter_dl.lr_finder.lr_find."
 
 
 def shutdown():

@@ -280,7 +280,10 @@ class Launcher(Configurable):
                         elif feed.cancel_requested():
                             status, stop_requested_at = "cancelled", now
                     if stop_requested_at is not None:
-                        if now - stop_requested_at > self.stop_grace:
+                        # Ranks that reported a stall wait in native code no interrupt reaches; when only they are
+                        # left, nobody will release them.
+                        deadlocked = status == "stalled" and set(pending) <= set(feed.stalls)
+                        if deadlocked or now - stop_requested_at > self.stop_grace:
                             self._kill(ids, pending, outcomes)
                             break
                         # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy

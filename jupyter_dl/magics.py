@@ -63,6 +63,18 @@ def format_status(status: dict) -> str:
             f"{status['engines']} engines on {', '.join(status['hosts']) or '-'}{gpus}")
 
 
+def _lr_find_parser():
+    p = _Parser(prog="%lr_find", add_help=False)
+    p.add_argument("model")
+    p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
+    p.add_argument("--start-lr", dest="start_lr", type=float, default=1e-7)
+    p.add_argument("--end-lr", dest="end_lr", type=float, default=10.0)
+    p.add_argument("--steps", type=_positive_int, default=100)
+    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
+    p.add_argument("-n", type=_positive_int, default=None, help="ranks (default: the cluster's engines, if any)")
+    return p
+
+
 @magics_class
 class DistributeMagics(Magics):
     def __init__(self, shell):
@@ -106,6 +118,27 @@ class DistributeMagics(Magics):
                       end="")
         except (UsageError, ServiceError) as exc:
             raise IPythonUsageError(str(exc)) from None
+
+    @line_magic
+    def lr_find(self, line):
+        """%lr_find MODEL --data X,Y [--start-lr 1e-7] [--end-lr 10] [--steps 100] [--batch-size 32] [-n N]
+        -- learning-rate range test; plots loss against learning rate and returns the suggestion."""
+        from .lr_finder import lr_find
+
+        try:
+            args = _lr_find_parser().parse_args(shlex.split(line))
+            names = [args.model, *args.data.split(",")]
+            if len(names) != 3:
+                raise UsageError(f"%lr_find: --data takes two names, X,Y (got {args.data!r})")
+            missing = [name for name in names if name not in self.shell.user_ns]
+            if missing:
+                raise UsageError(f"%lr_find: no variable named {', '.join(map(repr, missing))} in the notebook")
+            model, x, y = (self.shell.user_ns[name] for name in names)
+            result = lr_find(model, x, y, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
+                             batch_size=args.batch_size, n=args.n, show=True)
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+        return result.suggestion
 
     @cell_magic
     def distribute(self, line, cell):

@@ -5,11 +5,10 @@ For each fault: the cell raises the right error, naming the failing rank, within
 on as many engines as before (dead or stuck engines were replaced).
 """
 import pytest
+from fault_catalog import FAULTS, run_fault
 
 import jupyter_dl
 from jupyter_dl.errors import JobCancelled, JobStalled, JobTimeout, RankError
-
-from fault_catalog import FAULTS, run_fault
 
 EXPECTED = {"rank_error": RankError, "stalled": JobStalled, "timeout": JobTimeout, "cancelled": JobCancelled,
             "interrupted": KeyboardInterrupt}

@@ -40,6 +40,14 @@ export interface ILossSeries {
   xUnit: 'step' | 'epoch';
   /** Whether every rank that began has ended. */
   ended: boolean;
+  /** Where the job restarted from a checkpoint after a failure (x where the new run began). */
+  restarts: IRestartMark[];
+}
+
+export interface IRestartMark {
+  x: number;
+  attempt: number;
+  reason: string;
 }
 
 function finite(value: unknown): value is number {
@@ -79,6 +87,15 @@ export class LossSeriesBuilder {
           }
           changed = true;
           break;
+        case 'restart':
+          // The next run begins at its checkpoint's epoch; its 'begin' record says which.
+          this._pendingRestart = {
+            attempt: finite(record.attempt) ? record.attempt : this._restarts.length + 1,
+            reason: typeof record.reason === 'string' ? record.reason : ''
+          };
+          this._ended.clear();
+          changed = true;
+          break;
         default:
           break;
       }
@@ -97,7 +114,8 @@ export class LossSeriesBuilder {
       stepsPerEpoch: this._stepsPerEpoch,
       epochsPlanned: this._epochsPlanned,
       xUnit: this._batches > 0 ? 'step' : 'epoch',
-      ended: this._began.size > 0 && [...this._began].every(r => this._ended.has(r))
+      ended: this._began.size > 0 && [...this._began].every(r => this._ended.has(r)),
+      restarts: this._restarts
     };
   }
 
@@ -108,9 +126,35 @@ export class LossSeriesBuilder {
     if (finite(record.steps) && record.steps > 0) {
       this._stepsPerEpoch = record.steps;
     }
+    if (this._pendingRestart !== null) {
+      this._resumeAt(finite(record.initial_epoch) ? record.initial_epoch : 0);
+    }
     if (finite(record.epochs) && record.epochs > 0) {
       this._epochsPlanned = record.epochs;
     }
+  }
+
+  /** Forget what was drawn after the checkpoint the restarted run resumes from: it is trained again. */
+  private _resumeAt(epoch: number): void {
+    const kept = this._epochs.filter(e => e.epoch < epoch);
+    const cut =
+      this._stepsPerEpoch !== null && this._batches > 0
+        ? epoch * this._stepsPerEpoch
+        : kept.length
+          ? kept[kept.length - 1].x
+          : 0;
+    const before = (p: IPoint): boolean => p.x <= cut;
+    this._epochs = kept;
+    this._boundaries = this._boundaries.filter(b => b <= cut);
+    this._step = this._step.filter(before);
+    this._smooth = this._smooth.filter(before);
+    this._epochLoss = this._epochLoss.filter(before);
+    this._epochVal = this._epochVal.filter(before);
+    this._ema = this._smooth.length ? this._smooth[this._smooth.length - 1].y : null;
+    this._prevEpoch = this._prevStep = this._prevMean = null;
+    this._lastX = cut;
+    this._restarts.push({ x: cut, ...this._pendingRestart! });
+    this._pendingRestart = null;
   }
 
   private _x(epoch: number, step: number): number {
@@ -194,6 +238,8 @@ export class LossSeriesBuilder {
   private _ema: number | null = null;
   private _began = new Set<number>();
   private _ended = new Set<number>();
+  private _restarts: IRestartMark[] = [];
+  private _pendingRestart: { attempt: number; reason: string } | null = null;
 }
 
 /**
@@ -390,6 +436,18 @@ export function lossChartSvg(series: ILossSeries, options: IChartOptions): strin
     for (const b of series.boundaries) {
       const x = r2(sx(b));
       parts.push(`<line x1="${x}" x2="${x}" y1="${margin.top}" y2="${margin.top + plotH}"/>`);
+    }
+    parts.push('</g>');
+  }
+  // Restarts: where each restarted run resumed from its checkpoint.
+  if (series.restarts.length) {
+    parts.push('<g class="jp-dl-chart-restarts">');
+    for (const r of series.restarts) {
+      const x = r2(sx(r.x));
+      parts.push(
+        `<line x1="${x}" x2="${x}" y1="${margin.top}" y2="${margin.top + plotH}"><title>${escapeXml(r.reason)}</title></line>` +
+          `<text x="${x + 3}" y="${margin.top + 10}">${escapeXml(`restart ${r.attempt}`)}</text>`
+      );
     }
     parts.push('</g>');
   }

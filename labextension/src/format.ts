@@ -75,12 +75,16 @@ export function formatPercent(fraction: number | null | undefined): string {
 }
 
 /** `2 ranks · 2 GPUs` (GPUs left out when none were assigned). */
-export function formatRanks(job: Pick<IJob, 'n' | 'gpus'>): string {
+export function formatRanks(job: Pick<IJob, 'n' | 'gpus' | 'restarts'>): string {
   const n = finite(job.n) ? job.n : 0;
   let text = `${n} ${n === 1 ? 'rank' : 'ranks'}`;
   const gpus = job.gpus?.length ?? 0;
   if (gpus > 0) {
     text += ` · ${gpus} ${gpus === 1 ? 'GPU' : 'GPUs'}`;
+  }
+  const restarts = job.restarts?.length ?? 0;
+  if (restarts > 0) {
+    text += ` · restarted ${restarts}×`;
   }
   return text;
 }

@@ -68,6 +68,8 @@ export interface IJob {
   /** Seconds. */
   elapsed?: number | null;
   progress?: IJobProgress | null;
+  /** One entry per restart after a failure (--restarts). */
+  restarts?: Array<{ attempt: number; reason: string; t: number }>;
 }
 
 export interface IJobList {

@@ -346,6 +346,8 @@ class JobRow {
     setAttr(this._notebook, 'title', job.notebook ?? 'Not started from a notebook');
     this._notebook.classList.toggle('jp-dl-muted', !job.notebook);
     setText(this._ranks, formatRanks(job));
+    const lastRestart = job.restarts?.length ? job.restarts[job.restarts.length - 1] : null;
+    setAttr(this._ranks, 'title', lastRestart ? `last restart: ${lastRestart.reason}` : null);
 
     const fraction = clampFraction(progress.fraction);
     setAttr(this._progress, 'data-fraction', fraction === null ? '' : String(fraction));

@@ -57,6 +57,28 @@ describe('LossSeriesBuilder', () => {
     expect(b.series.ended).toBe(true);
   });
 
+  it('after a restart, drops what the resumed run trains again and marks where it began', () => {
+    const b = new LossSeriesBuilder();
+    b.add([{ kind: 'begin', rank: 0, epochs: 3, steps: 3 }]);
+    b.add(epochRecords(0, [3, 2, 1], { loss: 2 }));
+    // The second epoch fails after two steps; the checkpoint holds epoch 0.
+    b.add(epochRecords(1, [1, 0.9, 0.8], { loss: 0 }).slice(0, 2));
+    b.add([{ kind: 'restart', attempt: 1, reason: 'rank 1 failed (EngineError)' }]);
+    expect(b.series.ended).toBe(false);
+    b.add([{ kind: 'begin', rank: 0, epochs: 3, steps: 3, initial_epoch: 1 }]);
+    b.add(epochRecords(1, [0.8, 0.7, 0.6], { loss: 0.7 }));
+    const s = b.series;
+    expect(s.step.map(p => p.x)).toEqual([1, 2, 3, 4, 5, 6]);
+    s.step.forEach((p, i) => expect(p.y).toBeCloseTo([3, 2, 1, 0.8, 0.7, 0.6][i], 9));
+    expect(s.epochs.map(e => e.epoch)).toEqual([0, 1]);
+    expect(s.boundaries).toEqual([3, 6]);
+    expect(s.restarts).toEqual([{ x: 3, attempt: 1, reason: 'rank 1 failed (EngineError)' }]);
+    const svg = lossChartSvg(s, { width: 600, height: 300 });
+    expect(svg).toContain('jp-dl-chart-restarts');
+    expect(svg).toContain('restart 1');
+    expect(svg).toContain('<title>rank 1 failed (EngineError)</title>');
+  });
+
   it('gives the same series when records arrive page by page', () => {
     const records = [
       { kind: 'begin', rank: 0, steps: 4 },

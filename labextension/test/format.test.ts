@@ -95,6 +95,9 @@ describe('progress text', () => {
     expect(formatRanks({ n: 1, gpus: [] })).toBe('1 rank');
     expect(formatRanks({ n: 2, gpus: [0, 1] })).toBe('2 ranks · 2 GPUs');
     expect(formatRanks({ n: 4, gpus: [3] })).toBe('4 ranks · 1 GPU');
+    expect(formatRanks({ n: 2, gpus: [], restarts: [{ attempt: 1, reason: 'x', t: 0 }] })).toBe(
+      '2 ranks · restarted 1×'
+    );
   });
 
   it('formats rates, memory and metrics', () => {
