@@ -27,11 +27,26 @@ class Session:
         self.launcher = Launcher(self.cluster, self.jobs, parent=parent)
         self.view_settings = LiveViewSettings(parent=parent)
         self.baselines = {}  # work key -> samples/s of its last single-rank run, for scaling efficiency
+        self._advisor = None
+        self._parent = parent
+
+    @property
+    def advisor(self):
+        if self._advisor is None:
+            from .recommend.advisor import Advisor
+
+            self._advisor = Advisor(self, parent=self._parent)
+        return self._advisor
 
     def run(self, work, options, key, show_view):
-        """Run with a live view in the cell (when wanted) and remember single-rank throughput."""
+        """Run with a live view in the cell (when wanted) and remember single-rank throughput. With --recommend
+        (or -n auto) the cell is probed first and runs with the recommended plan."""
         from .live.theme import template_for
         from .live.view import LiveView
+
+        options.validate()
+        if options.recommend:
+            return self._run_recommended(work, options, key, show_view)
 
         observers = []
         view = None
@@ -48,6 +63,36 @@ class Session:
         return result
 
 
+    def _run_recommended(self, work, options, key, show_view):
+        import dataclasses
+
+        from .errors import UsageError
+        from .recommend.planner import Workload
+        from .runtime.keras_hooks import lr_scale_factor
+
+        if not isinstance(work, CellWork):
+            raise UsageError("--recommend sizes a %%distribute cell (or distribute(code)); for a function, use "
+                             "%dl_recommend MODEL --data X,Y")
+        probe_options = dataclasses.replace(options, n=1, recommend=False, deadline=None, probe=True, plot=False,
+                                            restarts=0, checkpoint_dir=None,
+                                            name=f"{options.name or 'cell'}-probe")
+        measured = self.launcher.run(work, probe_options).probe
+        if measured is None:
+            raise UsageError("--recommend: the cell ended without calling model.fit(x, y); there is nothing to size")
+        workload = Workload(measured["features"], measured["samples"], measured["epochs"], measured["batch_size"],
+                            measured["learning_rate"], measured["optimizer_slots"])
+        recommendation = self.advisor.recommend(workload, options.deadline, probe=measured)
+        show(recommendation)
+        plan = recommendation.chosen
+        multiplier = plan.batch_size / workload.batch_size
+        planned = dataclasses.replace(options, n=plan.ranks, recommend=False, deadline=None,
+                                      batch_size=plan.batch_size if multiplier != 1 else None,
+                                      lr_multiplier=lr_scale_factor(options.lr_scale, multiplier))
+        result = self.run(work, planned, key, show_view)
+        result.recommendation = recommendation
+        return result
+
+
 _session = None
 
 
@@ -60,7 +105,8 @@ def session(parent=None) -> Session:
 
 def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name=None, timeout=None,
                output="rank0", lr_scale="linear", manual=False, backend="horovod", all_ranks=False, plot=None,
-               stream_metrics=True, secrets=(), stall_timeout=None, restarts=0, checkpoint_dir=None):
+               stream_metrics=True, secrets=(), stall_timeout=None, restarts=0, checkpoint_dir=None,
+               balance="auto", recommend=False, deadline=None):
     """Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank Horovod job on the cluster.
 
     With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
@@ -70,13 +116,18 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
     when running in a notebook kernel). stream_metrics=False stops engine-side metric streaming (to measure it).
     stall_timeout: seconds one rank may wait in a collective the others never enter (default: the Launcher's).
     restarts, checkpoint_dir: restart a failed job up to `restarts` times, resuming each Keras fit from the
-    checkpoint rank 0 saves in checkpoint_dir every epoch.
+    checkpoint rank 0 saves in checkpoint_dir every epoch. balance: "on" splits each global batch across ranks in
+    proportion to their measured speed (gradients weighted so the update is unchanged); "auto" does so when the ranks
+    span several hosts; "off" never. recommend=True (or n="auto"): probe the cell on one engine, show the
+    recommended devices, per-rank batch and learning rate (the lowest-energy plan within `deadline`, e.g. "30m"),
+    and run with them.
     """
     in_kernel = _in_kernel()
     options = RunOptions(n=n, name=name, backend=backend, timeout=timeout, output=output, lr_scale=lr_scale,
                          manual=manual, plot=in_kernel if plot is None else plot, stream_metrics=stream_metrics,
                          secrets=tuple(secrets), stall_timeout=stall_timeout, restarts=restarts,
-                         checkpoint_dir=checkpoint_dir)
+                         checkpoint_dir=checkpoint_dir, balance=balance, recommend=recommend,
+                         deadline=_seconds(deadline))
     current = session()
     show_view = in_kernel or bool(plot)
     key = summary_mod.work_key(fn_or_code)
@@ -91,11 +142,46 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
     return result.results if all_ranks else result.results[0]
 
 
+def _seconds(deadline):
+    if deadline is None or isinstance(deadline, (int, float)):
+        return deadline
+    from .recommend.planner import parse_duration
+
+    return parse_duration(str(deadline))
+
+
+def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True):
+    """The recommendation table for training `model` (compiled, built) on (x, y): devices, ranks, per-rank batch,
+    learning rate, predicted time and energy, and the alternatives. probe=False skips the engine probe."""
+    from .recommend.features import model_features
+    from .recommend.planner import Workload
+
+    current = session()
+    optimizer = model.optimizer
+    lr = getattr(optimizer, "learning_rate", None)
+    slots = round(max(0, len(optimizer.variables) - 2) / max(1, len(model.trainable_variables))) \
+        if optimizer is not None and optimizer.built else 2
+    workload = Workload(model_features(model).as_dict(), len(x), epochs, batch_size,
+                        float(lr.numpy()) if hasattr(lr, "numpy") else None, slots)
+    measured = current.advisor.probe_model(model, x, y, batch_size) if probe else None
+    return current.advisor.recommend(workload, _seconds(deadline), probe=measured)
+
+
 def bind_results(result, namespace):
     """Put what rank 0 bound into the namespace; say which names could not come back."""
     namespace.update(result.values)
     for name, why in result.problems.items():
         print(f"[jupyter-dl] '{name}' stayed on the engines: it could not be sent back ({why})", file=sys.stderr)
+
+
+def show(obj):
+    """Rich display in a notebook; its text form elsewhere."""
+    if _in_kernel():
+        from IPython.display import display
+
+        display(obj)
+    else:
+        print(repr(obj))
 
 
 def _in_kernel() -> bool:

@@ -20,6 +20,20 @@ def discover() -> list:
     return [int(line) for line in out.split() if line.strip().isdigit()]
 
 
+@functools.lru_cache(maxsize=1)
+def names() -> list:
+    """Model names of this host's GPUs in index order (what TensorFlow reports as device_name too)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def select(spec: str | None) -> list:
     """Parse --gpus: 'all', or a comma list of indices that must exist."""
     found = discover()

@@ -47,6 +47,8 @@ class RunResult:
     stdout: list = field(default_factory=list)      # per rank, the full text
     state: object = None                            # the TrainingState built from streamed metrics
     view: object = None                             # the cell's LiveView, when one was shown
+    probe: dict | None = None                       # probe mode: what rank 0 measured of the cell's fit
+    recommendation: object = None                   # --recommend: the plan it ran with
 
 
 class Launcher(Configurable):
@@ -135,6 +137,7 @@ class Launcher(Configurable):
         finally:
             for observer in observers:
                 observer.finished(job, state)
+        result.probe = outcomes[0].get("probe")
         if isinstance(work, CellWork):
             result.values, result.problems = payload.unpack(outcomes[0].get("values", {}))
         else:
@@ -226,7 +229,10 @@ class Launcher(Configurable):
                 "stream_metrics": options.stream_metrics, "secrets": secret_values,
                 "kernel_pid": job.kernel_pid, "kernel_host": job.kernel_host,
                 "stall_s": self.stall_timeout if options.stall_timeout is None else options.stall_timeout,
-                "checkpoint_dir": options.checkpoint_dir, "attempt": attempt}
+                "checkpoint_dir": options.checkpoint_dir, "attempt": attempt,
+                # Same-host ranks share one kind of device here; across hosts speeds may differ (--balance auto).
+                "balance": options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
+                "probe": options.probe, "batch_size": options.batch_size, "lr_multiplier": options.lr_multiplier}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:

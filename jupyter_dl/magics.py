@@ -8,7 +8,7 @@ from . import api
 from .errors import UsageError
 from .launcher import CellWork
 from .live import summary as summary_mod
-from .options import _Parser, _positive_int, parse_distribute_line
+from .options import _duration, _Parser, _positive_int, parse_distribute_line
 
 
 def _cluster_parser():
@@ -75,6 +75,27 @@ def _lr_find_parser():
     return p
 
 
+def _recommend_parser():
+    p = _Parser(prog="%dl_recommend", add_help=False)
+    p.add_argument("model")
+    p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
+    p.add_argument("--deadline", type=_duration, default=None, metavar="30m")
+    p.add_argument("--no-probe", dest="probe", action="store_false", help="estimate only, no engine probe")
+    return p
+
+
+def _notebook_values(shell, prog, model, data):
+    names = [model, *data.split(",")]
+    if len(names) != 3:
+        raise UsageError(f"{prog}: --data takes two names, X,Y (got {data!r})")
+    missing = [name for name in names if name not in shell.user_ns]
+    if missing:
+        raise UsageError(f"{prog}: no variable named {', '.join(map(repr, missing))} in the notebook")
+    return [shell.user_ns[name] for name in names]
+
+
 @magics_class
 class DistributeMagics(Magics):
     def __init__(self, shell):
@@ -127,18 +148,27 @@ class DistributeMagics(Magics):
 
         try:
             args = _lr_find_parser().parse_args(shlex.split(line))
-            names = [args.model, *args.data.split(",")]
-            if len(names) != 3:
-                raise UsageError(f"%lr_find: --data takes two names, X,Y (got {args.data!r})")
-            missing = [name for name in names if name not in self.shell.user_ns]
-            if missing:
-                raise UsageError(f"%lr_find: no variable named {', '.join(map(repr, missing))} in the notebook")
-            model, x, y = (self.shell.user_ns[name] for name in names)
+            model, x, y = _notebook_values(self.shell, "%lr_find", args.model, args.data)
             result = lr_find(model, x, y, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
                              batch_size=args.batch_size, n=args.n, show=True)
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
         return result.suggestion
+
+    @line_magic
+    def dl_recommend(self, line):
+        """%dl_recommend MODEL --data X,Y [--epochs E] [--batch-size B] [--deadline 30m] [--no-probe]
+        -- the recommended devices, per-rank batch and learning rate for training MODEL, with alternatives."""
+        try:
+            args = _recommend_parser().parse_args(shlex.split(line))
+            model, x, y = _notebook_values(self.shell, "%dl_recommend", args.model, args.data)
+            if getattr(model, "optimizer", None) is None or not model.built:
+                raise UsageError("%dl_recommend: compile and build the model first (keras.Input, or call it once)")
+            recommendation = api.recommend(model, x, y, epochs=args.epochs, batch_size=args.batch_size,
+                                           deadline=args.deadline, probe=args.probe)
+        except (UsageError, ValueError) as exc:
+            raise IPythonUsageError(str(exc)) from None
+        return recommendation
 
     @cell_magic
     def distribute(self, line, cell):

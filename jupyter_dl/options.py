@@ -9,6 +9,7 @@ from .errors import UsageError
 BACKENDS = ("horovod",)
 LR_SCALES = ("linear", "sqrt", "none")
 OUTPUTS = ("rank0", "all")
+BALANCE = ("auto", "on", "off")
 
 
 @dataclass
@@ -25,15 +26,30 @@ class RunOptions:
     stall_timeout: float | None = None  # seconds in one collective before the job is stopped; None: the trait
     restarts: int = 0             # how often a failed job is restarted from its last checkpoint
     checkpoint_dir: str | None = None  # where rank 0 saves a checkpoint every epoch (absolute after validate)
+    balance: str = "auto"         # per-rank batch sizes by measured speed: auto (ranks on several hosts), on, off
+    recommend: bool = False       # probe the cell, show the recommended plan, then run with it (also -n auto)
+    deadline: float | None = None  # seconds the whole training may take, for the recommendation
+    # Set from a recommendation, not by users directly:
+    probe: bool = False           # run the cell on one rank up to fit and profile that instead of training
+    batch_size: int | None = None  # per-rank batch replacing the cell's
+    lr_multiplier: float = 1.0    # learning-rate factor for that batch change
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
 
     def validate(self):
+        if self.n == "auto":
+            self.n, self.recommend = None, True
+        if self.deadline is not None and not self.recommend:
+            raise UsageError("--deadline is for --recommend (or -n auto): it picks the plan that meets it")
+        if self.deadline is not None and not self.deadline > 0:
+            raise UsageError(f"--deadline must be a positive duration like 30m (got {self.deadline!r})")
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise UsageError(f"-n must be a positive number of ranks (got {self.n!r})")
         if self.backend not in BACKENDS:
             raise UsageError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.lr_scale not in LR_SCALES:
             raise UsageError(f"--lr-scale must be one of {', '.join(LR_SCALES)} (got {self.lr_scale!r})")
+        if self.balance not in BALANCE:
+            raise UsageError(f"--balance must be one of {', '.join(BALANCE)} (got {self.balance!r})")
         if self.output not in OUTPUTS:
             raise UsageError(f"--output must be one of {', '.join(OUTPUTS)} (got {self.output!r})")
         for name in self.secrets:
@@ -68,6 +84,19 @@ class _Parser(argparse.ArgumentParser):
 
     def exit(self, status=0, message=None):
         self.error(message or "invalid arguments")
+
+
+def _ranks(text):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
+def _duration(text):
+    from .recommend.planner import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text):
@@ -112,7 +141,12 @@ def _seconds_or_off(text):
 
 def distribute_parser():
     p = _Parser(prog="%%distribute", add_help=False)
-    p.add_argument("-n", type=_positive_int, default=None, help="number of ranks (default: all engines)")
+    p.add_argument("-n", type=_ranks, default=None,
+                   help="number of ranks (default: all engines); auto: the recommended number (see --recommend)")
+    p.add_argument("--recommend", action="store_true",
+                   help="probe the cell, show the recommended devices, batch and learning rate, then run with them")
+    p.add_argument("--deadline", type=_duration, default=None, metavar="30m",
+                   help="with --recommend: the lowest-energy plan finishing within this time")
     p.add_argument("--name", default=None, help="job name")
     p.add_argument("--backend", choices=BACKENDS, default="horovod")
     p.add_argument("--timeout", type=_seconds, default=None, help="stop the job after this many seconds")
@@ -122,6 +156,8 @@ def distribute_parser():
                    help="after a failure, restart the job up to R times from its last checkpoint")
     p.add_argument("--checkpoint-dir", default=None, dest="checkpoint_dir", metavar="DIR",
                    help="rank 0 saves a checkpoint here every epoch; an unfinished one is resumed")
+    p.add_argument("--balance", choices=BALANCE, default="auto",
+                   help="per-rank batch sizes proportional to measured speed (auto: when ranks span hosts)")
     p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")

@@ -105,8 +105,9 @@ def rank_and_size():
     return hvd.rank(), hvd.size()
 
 
-def average_gradients(grads):
-    """Average a list of gradients (None kept in place) across ranks in one fused collective."""
+def average_gradients(grads, weight=None):
+    """Average a list of gradients (None kept in place) across ranks in one fused collective. `weight` (a scalar
+    variable) scales this rank's gradients first: its share of the global batch when ranks' batches differ."""
     import horovod.tensorflow as hvd
 
     present = [i for i, g in enumerate(grads) if g is not None]
@@ -115,8 +116,10 @@ def average_gradients(grads):
     # Horovod matches tensors across ranks by name. Left to itself it derives names from Keras' auto-generated
     # layer names, which differ between engines with different histories (`dense_3` here, `dense` on a fresh
     # engine) and then every rank waits forever. A fixed name, outside any name scope, is the same everywhere.
-    reduced = hvd.grouped_allreduce([_dense(grads[i]) for i in present], op=hvd.Average, name="jdl_grads",
-                                    ignore_name_scope=True)
+    dense = [_dense(grads[i]) for i in present]
+    if weight is not None:
+        dense = [g * _cast(weight, g.dtype) for g in dense]
+    reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name="jdl_grads", ignore_name_scope=True)
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r
@@ -130,6 +133,13 @@ def broadcast_from_root(variables, root_rank=0):
     for i, var in enumerate(variables):
         value = getattr(var, "value", var)
         var.assign(hvd.broadcast(value, root_rank=root_rank, name=f"jdl.bcast.{i}"))
+
+
+def allgather_object(obj, name=None):
+    """Every rank's picklable object, in rank order, on every rank."""
+    import horovod.tensorflow as hvd
+
+    return hvd.allgather_object(obj, name=name)
 
 
 def broadcast_object(obj, root_rank=0, name=None):
@@ -163,6 +173,12 @@ COLLECTIVE_OPS = {"horovod_allreduce": "allreduce", "horovod_grouped_allreduce":
                   "horovod_grouped_allgather": "allgather", "horovod_alltoall": "alltoall",
                   "horovod_reducescatter": "reducescatter", "horovod_grouped_reducescatter": "reducescatter",
                   "horovod_join": "join", "horovod_barrier": "barrier"}
+
+
+def _cast(value, dtype):
+    import tensorflow as tf
+
+    return tf.cast(tf.convert_to_tensor(value), dtype)
 
 
 def _dense(grad):

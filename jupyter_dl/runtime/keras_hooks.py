@@ -25,13 +25,19 @@ class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
     def __init__(self, rank: int, size: int, lr_scale: str = "linear", stream_metrics: bool = True,
-                 checkpoint_dir: str | None = None, attempt: int = 0):
+                 checkpoint_dir: str | None = None, attempt: int = 0, balance: bool = False, probe: bool = False,
+                 batch_size: int | None = None, lr_multiplier: float = 1.0):
         self.rank = rank
         self.size = size
         self.lr_scale = lr_scale
         self.stream_metrics = stream_metrics
         self.checkpoint_dir = checkpoint_dir
         self.attempt = attempt          # 0 for a job's first run, then one more per restart
+        self.balance = balance          # measure rank speeds at fit start and split the global batch by them
+        self._gradient_weight = None    # this rank's share of the global batch x ranks (1.0 for an even split)
+        self.probe = probe              # profile the cell's fit instead of running it (--recommend)
+        self.batch_size = batch_size    # the recommended per-rank batch, replacing the cell's
+        self.lr_multiplier = lr_multiplier  # for the recommended batch's change of the global batch
         self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
         self._wrapped_optimizers = []  # (optimizer, original class, original learning rate)
 
@@ -71,7 +77,7 @@ class KerasHooks:
             return optimizer
         original_class = optimizer.__class__
         original_lr = None
-        factor = lr_scale_factor(self.lr_scale, self.size)
+        factor = lr_scale_factor(self.lr_scale, self.size) * self.lr_multiplier
         if factor != 1.0:
             if isinstance(optimizer._learning_rate, self._keras.optimizers.schedules.LearningRateSchedule):
                 print(f"[jupyter-dl] learning-rate schedule left unscaled on {self.size} ranks; "
@@ -80,8 +86,10 @@ class KerasHooks:
                 original_lr = float(optimizer.learning_rate.numpy())
                 optimizer.learning_rate = original_lr * factor
 
+        weight = self._weight_variable()
+
         def apply(opt, grads, trainable_variables=None):
-            return original_class.apply(opt, backend.average_gradients(list(grads)), trainable_variables)
+            return original_class.apply(opt, backend.average_gradients(list(grads), weight), trainable_variables)
 
         # A subclass swapped in place keeps the user's optimizer object, its config and its state.
         optimizer.__class__ = type(original_class.__name__, (original_class,),
@@ -89,18 +97,39 @@ class KerasHooks:
         self._wrapped_optimizers.append((optimizer, original_class, original_lr))
         return optimizer
 
+    def _weight_variable(self):
+        # A variable, not a constant: the compiled train step is traced once and reused by later fits.
+        if self._gradient_weight is None:
+            import tensorflow as tf
+
+            self._gradient_weight = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="jdl_gradient_weight")
+        return self._gradient_weight
+
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
         from .sharding import shard_fit_inputs
 
-        x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
+        if self.probe:
+            from .probe import probe_fit
+
+            probe_fit(model, x, y, kwargs)  # raises ProbeDone with what it measured
+        if self.batch_size:
+            kwargs = dict(kwargs, batch_size=self.batch_size)
+
+        balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
+        if balanced is None:
+            self._weight_variable().assign(1.0)
+            x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
+        else:
+            x, y, kwargs = balanced
         checkpoint, resume = self._checkpoint_for_this_fit()
         if resume is not None:
             kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
             if self.rank == 0:
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
         callbacks = list(kwargs.get("callbacks") or [])
-        extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume)]
+        extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume,
+                                     float(self._weight_variable().numpy()))]
         if checkpoint is not None:
             extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
@@ -119,6 +148,38 @@ class KerasHooks:
         if checkpoint is not None and self.rank == 0:
             checkpoint.mark_complete()
         return history
+
+    def _balanced_inputs(self, model, x, y, kwargs):
+        """(x, y, kwargs) with this rank's balanced share and batch size, or None to split evenly."""
+        from . import balance
+        from .sharding import shard_arrays
+
+        batch = kwargs.get("batch_size") or 32
+        if self.size == 1 or y is None or not (hasattr(x, "shape") and hasattr(y, "shape")):
+            return None
+        if kwargs.get("validation_split"):
+            if self.rank == 0:
+                print("[jupyter-dl] --balance: kept the even split (validation_split would cut ranks' shares into "
+                      "different numbers of steps; pass validation_data instead)")
+            return None
+        probe_x, probe_y, _ = shard_arrays((x, y, None), self.rank, self.size)
+        speeds = backend.allgather_object(balance.measure(model, probe_x, probe_y, batch), name="jdl.balance")
+        if max(speeds) < balance.MIN_IMBALANCE * min(speeds):
+            return None
+        batches = balance.split_batch(batch * self.size, speeds)
+        x, y, sample_weight = balance.take_columns((x, y, kwargs.get("sample_weight")), self.rank, batches)
+        kwargs = dict(kwargs, batch_size=batches[self.rank])
+        if sample_weight is not None:
+            kwargs["sample_weight"] = sample_weight
+        val = kwargs.get("validation_data")
+        if isinstance(val, tuple) and val:
+            kwargs["validation_data"] = shard_arrays(val, self.rank, self.size)
+        self._weight_variable().assign(batches[self.rank] / batch)
+        if self.rank == 0:
+            rates = ", ".join(f"{s:,.0f}" for s in speeds)
+            print(f"[jupyter-dl] --balance: per-rank batch sizes {batches} (global {batch * self.size}) for measured "
+                  f"speeds of {rates} samples/s")
+        return x, y, kwargs
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
@@ -177,7 +238,7 @@ def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
     return EpochCheckpoint()
 
 
-def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None):
+def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight=1.0):
     class RankSync(keras.callbacks.Callback):
         """Broadcast rank 0's variables when training starts (restored from the checkpoint when resuming);
         average epoch metrics across ranks."""
@@ -207,7 +268,8 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None):
         def on_epoch_end(self, epoch, logs=None):
             if logs:
                 keys = sorted(logs)
-                averaged = backend.average_scalars([float(logs[k]) for k in keys], name=f"jdl.epoch.{epoch}")
+                # Weighted by each rank's share of the global batch: the mean over all samples, as with one rank.
+                averaged = backend.average_scalars([float(logs[k]) * weight for k in keys], name=f"jdl.epoch.{epoch}")
                 logs.update(zip(keys, averaged))
 
     return RankSync()

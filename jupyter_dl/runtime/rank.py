@@ -20,6 +20,7 @@ import traceback
 from .. import payload
 from ..backends import horovod as backend
 from .native_stderr import NativeStderr
+from .probe import ProbeDone
 from .stall_watch import StallWatch
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -81,7 +82,9 @@ def run(spec: dict) -> dict:
             from .keras_hooks import KerasHooks
 
             hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True),
-                               checkpoint_dir=spec.get("checkpoint_dir"), attempt=spec.get("attempt", 0))
+                               checkpoint_dir=spec.get("checkpoint_dir"), attempt=spec.get("attempt", 0),
+                               balance=spec.get("balance", False), probe=spec.get("probe", False),
+                               batch_size=spec.get("batch_size"), lr_multiplier=spec.get("lr_multiplier", 1.0))
         t1 = time.perf_counter()
         stall_watch = StallWatch(rank, spec.get("stall_s"), _stall_reporter(rank))
         with NativeStderr(sys.stderr), stall_watch, hooks if hooks is not None else contextlib.nullcontext():
@@ -103,6 +106,8 @@ def run(spec: dict) -> dict:
                                                if n not in spec["names_out"] and payload.is_keras_model(namespace[n])]
             outcome["values"] = payload.pack(names, namespace)
         timings["pack_s"] = time.perf_counter() - t2
+    except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
+        outcome["probe"] = done.payload
     except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
         # The kernel repeats its interrupt until every rank has stopped; from here on it must not cut our cleanup.
         previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)

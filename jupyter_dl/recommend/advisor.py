@@ -1,0 +1,202 @@
+"""Kernel side of the recommendation: which devices there are, a probe on an engine, the plan, and its table.
+
+Step times come, in order of trust, from the probe of this very model on the device (the profile-fitted estimate
+calibrated to the probe's measurements), from the estimator fitted on shipped profiles of other models, or, for a
+device kind nobody profiled, from its published peak throughput. The table says which one each row used.
+"""
+import html
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from traitlets import Float
+from traitlets.config import Configurable
+
+from .estimator import StepTimeEstimator
+from .planner import (
+    DeviceKind,
+    Workload,
+    candidates,
+    choose,
+    clock,
+    spec_devices,
+    spec_step_time,
+)
+
+
+@dataclass
+class Recommendation:
+    chosen: object
+    alternatives: list
+    headline: str
+    workload: Workload
+    devices: list
+
+    def as_text(self) -> str:
+        rows = [("", "devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "")]
+        for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
+            rows.append((label, f"{plan.ranks} x {plan.kind}", str(plan.batch_size),
+                         f"{plan.learning_rate:.3g}" if plan.learning_rate else "-", clock(plan.epoch_s),
+                         clock(plan.total_s), _energy(plan.energy_j), f"{plan.memory_bytes / 2**20:,.0f} MiB",
+                         plan.basis, plan.why_not))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        return f"[jupyter-dl] recommendation: {self.headline}\n" + "\n".join(lines)
+
+    def as_html(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in ("", "devices", "batch/rank", "LR", "epoch", "total", "energy",
+                                                   "memory", "basis", "why not"))
+        body = []
+        for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
+            cells = (label, f"{plan.ranks} × {plan.kind}", plan.batch_size,
+                     f"{plan.learning_rate:.3g}" if plan.learning_rate else "-", clock(plan.epoch_s),
+                     clock(plan.total_s), _energy(plan.energy_j), f"{plan.memory_bytes / 2**20:,.0f} MiB",
+                     plan.basis, plan.why_not)
+            style = " style='font-weight:bold'" if label else ""
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        return (f"<div class='jp-dl-recommendation'><b>{html.escape(self.headline)}</b>"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+
+    def _repr_html_(self):
+        return self.as_html()
+
+    def __repr__(self):
+        return self.as_text()
+
+
+def _energy(joules):
+    return f"{joules / 3.6e6:.3g} kWh" if joules >= 3.6e5 else f"{joules / 1000:.3g} kJ"
+
+
+class Advisor(Configurable):
+    cpu_power_w = Float(15.0, help="Watts one CPU engine draws while it trains (energy of CPU ranks).").tag(config=True)
+    gpu_power_w = Float(300.0, help="Watts per GPU for GPU kinds missing from the shipped device table."
+                        ).tag(config=True)
+    default_bandwidth_gb_s = Float(
+        2.0, help="Allreduce bandwidth (GB/s) assumed between engines when it cannot be measured (one engine)."
+    ).tag(config=True)
+
+    def __init__(self, session, **kwargs):
+        super().__init__(**kwargs)
+        self.session = session
+        self._interconnect = None
+        self._estimator = None
+
+    # ------------------------------------------------------------------------------------------- devices
+    def devices(self):
+        """Device kinds available to this notebook, with how many are free. Without a pool (one user, one
+        machine) that is the cluster's engines, or the local cluster %%distribute would start."""
+        cluster = self.session.cluster
+        if cluster.client is not None and cluster.engine_ids():
+            from ..runtime.probe import device_kind
+
+            kinds = cluster.client[cluster.engine_ids()].apply_sync(device_kind)
+            counts = {k: kinds.count(k) for k in sorted(set(kinds))}
+        else:
+            from ..gpus import names
+
+            gpus = names()
+            counts = {f"gpu:{n}": gpus.count(n) for n in sorted(set(gpus))} or {"cpu": cluster.default_size()}
+        bandwidth, latency = self.interconnect()
+        specs = spec_devices()
+        out = []
+        for kind, count in counts.items():
+            spec = specs.get(kind, {})
+            if kind == "cpu":
+                power = self.cpu_power_w
+                memory = _host_memory() / max(1, count)
+            else:
+                power = spec.get("power_w", self.gpu_power_w)
+                memory = spec.get("memory_gb", 16) * 2**30
+            link = spec.get("interconnect_gb_s", bandwidth / 1e9) * 1e9 if kind != "cpu" else bandwidth
+            out.append(DeviceKind(kind, count, power, memory, link, latency))
+        return out
+
+    def interconnect(self):
+        """(bytes/s, s) of an allreduce between two engines, measured once per session; a default with fewer."""
+        if self._interconnect is None:
+            cluster = self.session.cluster
+            if cluster.client is not None and len(cluster.engine_ids()) >= 2:
+                from .. import api
+
+                self._interconnect = api.distribute(_measure_allreduce, n=2, manual=True, plot=False,
+                                                    name="interconnect-probe")
+            else:
+                self._interconnect = (self.default_bandwidth_gb_s * 1e9, 50e-6)
+        return self._interconnect
+
+    # ------------------------------------------------------------------------------------------ planning
+    def estimator(self):
+        if self._estimator is None:
+            self._estimator = StepTimeEstimator.shipped()
+        return self._estimator
+
+    def step_time_function(self, features, probe=None):
+        """step_time(kind, batch) -> (seconds, basis)."""
+        estimator = self.estimator()
+        calibration = {}
+        if probe:
+            kind = probe["device"]
+            xs = [r["batch_size"] for r in probe["rows"]]
+            ys = [r["step_s"] for r in probe["rows"]]
+            slope, intercept = np.polyfit(xs, ys, 1) if len(xs) > 1 else (ys[0] / xs[0], 0.0)
+            calibration[kind] = (max(slope, 0.0), max(intercept, 0.0))
+
+        def step_time(kind, batch):
+            if kind in calibration:
+                slope, intercept = calibration[kind]
+                return intercept + slope * batch, "measured"
+            if kind in estimator.devices():
+                return estimator.step_time(features, batch, kind), "profiles"
+            return spec_step_time(features, batch, kind), "spec"
+
+        return step_time
+
+    def recommend(self, workload: Workload, deadline_s=None, probe=None) -> Recommendation:
+        devices = self.devices()
+        plans = candidates(workload, devices, self.step_time_function(workload.features, probe))
+        chosen, alternatives, headline = choose(plans, deadline_s)
+        return Recommendation(chosen, alternatives, headline, workload, devices)
+
+    def probe_model(self, model, x, y, batch_size):
+        """Profile a notebook model on one engine (its own copy) at 1, 2 and 4 times the batch size."""
+        from .. import api
+
+        largest = batch_size * 4
+        return api.distribute(_probe_on_engine, n=1, args=(model, x[:largest], y[:largest], batch_size),
+                              manual=True, plot=False, name="recommend-probe")
+
+
+def _measure_allreduce(megabytes=8, repeats=5):
+    """On two ranks: allreduce bandwidth (bytes/s) of a large tensor and latency (s) of a tiny one."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    big = tf.zeros([megabytes * 2**20 // 4])
+    small = tf.zeros([2])
+    hvd.allreduce(big, name="jdl.bw.warm")
+    start = time.perf_counter()
+    for i in range(repeats):
+        hvd.allreduce(big, name=f"jdl.bw.{i}")
+    per_big = (time.perf_counter() - start) / repeats
+    start = time.perf_counter()
+    for i in range(repeats * 4):
+        hvd.allreduce(small, name=f"jdl.lat.{i}")
+    per_small = (time.perf_counter() - start) / (repeats * 4)
+    size = hvd.size()
+    moved = 2 * (size - 1) / size * megabytes * 2**20
+    return moved / max(per_big - per_small, 1e-6), per_small / (2 * (size - 1))
+
+
+def _probe_on_engine(model, x, y, batch_size):
+    from jupyter_dl.runtime.probe import profile
+
+    return profile(model, x, y, [batch_size, batch_size * 2, batch_size * 4])
+
+
+def _host_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 * 2**30

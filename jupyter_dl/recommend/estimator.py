@@ -1,0 +1,100 @@
+"""Predict a training step's time and memory from model features, per device kind, fitted on shipped profiles.
+
+Step time on one device is a sum of costs that each grow with one feature: a fixed dispatch cost, a cost per layer,
+FLOPs per group of layers (dense, conv, recurrent, attention, elementwise: each runs at its own rate), activations
+moved, and parameters updated. A training step does about three times the forward FLOPs. The coefficients are
+fitted by non-negative least squares on relative error (so small and large models count alike), one set per
+device kind. Scaling to several devices adds the ring allreduce of the gradients (2(k-1)/k of their bytes over the
+measured or tabled bandwidth, plus latency per hop), so scaling is predicted, not assumed.
+"""
+import json
+import math
+import pathlib
+
+import numpy as np
+
+from .features import GROUPS
+
+PROFILES = pathlib.Path(__file__).resolve().parent.parent / "data" / "profiles"
+BYTES = 4  # float32
+
+
+def terms(features: dict, batch: int) -> np.ndarray:
+    flops = features.get("flops_by_group") or {"other": features["flops_per_sample"]}
+    return np.array([1.0, features["layers"]]
+                    + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
+                    + [features["activations_per_sample"] * batch, features["trainable_params"]])
+
+
+class StepTimeEstimator:
+    def __init__(self):
+        self.coefficients = {}  # device kind -> array
+
+    # ---------------------------------------------------------------------------------------------- fitting
+    def fit(self, profiles):
+        """profiles: [{"device", "models": [{"name", "features", "rows": [{batch_size, step_s}]}]}]"""
+        from scipy.optimize import nnls
+
+        by_device = {}
+        for profile in profiles:
+            for model in profile["models"]:
+                for row in model["rows"]:
+                    by_device.setdefault(profile["device"], []).append((model["features"], row))
+        for device, samples in by_device.items():
+            a = np.array([terms(f, r["batch_size"]) for f, r in samples])
+            y = np.array([r["step_s"] for _, r in samples])
+            scale = a.max(axis=0)
+            scale[scale == 0] = 1.0
+            coefficients, _ = nnls(a / scale / y[:, None], np.ones(len(y)))  # relative error
+            self.coefficients[device] = coefficients / scale
+        return self
+
+    @classmethod
+    def shipped(cls):
+        """Fitted on every profile under jupyter_dl/data/profiles/."""
+        return cls().fit([json.loads(p.read_text()) for p in sorted(PROFILES.glob("*.json"))])
+
+    # ------------------------------------------------------------------------------------------- predicting
+    def devices(self):
+        return sorted(self.coefficients)
+
+    def step_time(self, features: dict, batch: int, device: str) -> float:
+        """Seconds per training step on one device of this kind (no communication)."""
+        if device not in self.coefficients:
+            raise KeyError(f"no profiles for device {device!r}; collect some with scripts/collect_profiles.py")
+        return float(terms(features, batch) @ self.coefficients[device])
+
+
+def allreduce_time(params: int, ranks: int, bandwidth_bytes_s: float, latency_s: float) -> float:
+    """Ring allreduce of the gradients across `ranks`: each rank sends and receives 2(k-1)/k of the bytes."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * params * BYTES / bandwidth_bytes_s + 2.0 * (ranks - 1) * latency_s
+
+
+def memory_bytes(features: dict, batch: int, optimizer_slots: int = 2) -> int:
+    """Working memory of a training step: weights, gradients and optimizer slots, plus activations kept for the
+    backward pass and their gradients, plus the input batch. An estimate; the probe measures the real peak."""
+    params = features["params"] * BYTES * (2 + optimizer_slots)
+    activations = features["activations_per_sample"] * batch * BYTES * 2
+    return int(params + activations + features["input_size"] * batch * BYTES)
+
+
+def mape(predicted, actual) -> float:
+    return float(np.mean([abs(p - a) / a for p, a in zip(predicted, actual)]))
+
+
+def leave_one_model_out(profiles):
+    """For each model: fit on every other model, predict this one's rows. Returns (per-model APEs, overall MAPE)."""
+    per_model = {}
+    all_pred, all_true = [], []
+    for profile in profiles:
+        for held in profile["models"]:
+            rest = [{**p, "models": [m for m in p["models"] if m is not held]} for p in profiles]
+            estimator = StepTimeEstimator().fit(rest)
+            pred = [estimator.step_time(held["features"], r["batch_size"], profile["device"]) for r in held["rows"]]
+            true = [r["step_s"] for r in held["rows"]]
+            per_model[held["name"]] = mape(pred, true)
+            all_pred += pred
+            all_true += true
+    return per_model, mape(all_pred, all_true) if all_true else math.nan

@@ -1,0 +1,120 @@
+"""What the estimator knows about a Keras model without running it: parameters, forward FLOPs and activations per
+sample, layer counts by kind, input size. FLOPs count multiply-adds as two; layers we do not model count as one
+operation per output element (cheap elementwise work), which is right for activations, pooling, normalisation."""
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class ModelFeatures:
+    params: int
+    trainable_params: int
+    flops_per_sample: float         # forward pass
+    activations_per_sample: float   # output elements of every layer, summed
+    input_size: int                 # elements per sample
+    layers: int
+    kinds: dict = field(default_factory=dict)  # layer class name -> count
+    flops_by_group: dict = field(default_factory=dict)  # dense | conv | rnn | attention | other -> forward FLOPs
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def _elements(shape):
+    dims = [d for d in list(shape)[1:] if d is not None]
+    return math.prod(dims) if dims else 1
+
+
+def _shape(tensor_or_list):
+    if isinstance(tensor_or_list, (list, tuple)):
+        tensor_or_list = tensor_or_list[0]
+    return tuple(tensor_or_list.shape)
+
+
+def layer_flops(layer) -> float:
+    """Forward FLOPs per sample of one built layer."""
+    kind = type(layer).__name__
+    try:
+        out_shape = _shape(layer.output)
+        in_shape = _shape(layer.input)
+    except (AttributeError, ValueError):
+        return 0.0
+    out = _elements(out_shape)
+    if kind in ("Dense", "EinsumDense"):
+        fan_in = sum(math.prod(w.shape) for w in layer.trainable_weights if len(w.shape) >= 2) / max(1, out_shape[-1])
+        return 2.0 * fan_in * out
+    if kind.startswith("Conv") or kind.startswith("SeparableConv") or kind.startswith("DepthwiseConv"):
+        kernel = next((w for w in layer.trainable_weights if len(w.shape) >= 3), None)
+        if kernel is None:
+            return float(out)
+        # kernel: spatial... x in/groups x out (or x depth multiplier): MACs per output position = kernel size / out ch
+        per_position = math.prod(kernel.shape) / max(1, out_shape[-1])
+        if kind.startswith("DepthwiseConv"):
+            per_position = math.prod(kernel.shape[:-2])
+        return 2.0 * per_position * out
+    if kind in ("LSTM", "GRU", "SimpleRNN"):
+        gates = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}[kind]
+        units = layer.units
+        steps = in_shape[1] or 1
+        features = in_shape[-1] or 1
+        return 2.0 * gates * (features + units) * units * steps
+    if kind == "MultiHeadAttention":
+        weights = sum(math.prod(w.shape) for w in layer.trainable_weights if len(w.shape) >= 2)
+        seq = out_shape[1] or 1
+        width = out_shape[-1] or 1
+        return 2.0 * weights * seq + 4.0 * seq * seq * width
+    if kind in ("Embedding", "InputLayer", "Flatten", "Reshape", "Dropout"):
+        return 0.0
+    return float(out)
+
+
+GROUPS = ("dense", "conv", "rnn", "attention", "other")
+
+
+def group_of(layer) -> str:
+    """Layers whose FLOPs run at similar speed on a device (the estimator fits one rate per group)."""
+    kind = type(layer).__name__
+    if kind in ("Dense", "EinsumDense"):
+        return "dense"
+    if "Conv" in kind:
+        return "conv"
+    if kind in ("LSTM", "GRU", "SimpleRNN"):
+        return "rnn"
+    if kind == "MultiHeadAttention":
+        return "attention"
+    return "other"
+
+
+def model_features(model) -> ModelFeatures:
+    """Features of a built Keras model (built by an Input layer, a call, or fit)."""
+    if not model.built:
+        raise ValueError("the model is not built yet: give it an keras.Input, or call it on a batch first")
+    layers = list(_leaf_layers(model))
+    kinds = {}
+    groups = dict.fromkeys(GROUPS, 0.0)
+    flops = activations = 0.0
+    for layer in layers:
+        kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
+        layer_cost = layer_flops(layer)
+        flops += layer_cost
+        groups[group_of(layer)] += layer_cost
+        try:
+            activations += _elements(_shape(layer.output))
+        except (AttributeError, ValueError):
+            pass
+    try:
+        input_size = _elements(_shape(model.inputs))
+    except (AttributeError, ValueError, TypeError, IndexError):
+        input_size = 0
+    return ModelFeatures(params=int(model.count_params()),
+                         trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
+                         flops_per_sample=flops, activations_per_sample=activations, input_size=int(input_size),
+                         layers=len(layers), kinds=kinds, flops_by_group=groups)
+
+
+def _leaf_layers(model):
+    for layer in model.layers:
+        if hasattr(layer, "layers") and layer.layers:
+            yield from _leaf_layers(layer)
+        else:
+            yield layer

@@ -1,0 +1,91 @@
+"""Engine side: a short profile of one model on this engine's device: step time and peak memory at a few batch
+sizes. Runs on the engine's own copy of the model (the notebook's is never trained) and takes a few seconds."""
+import os
+import time
+
+import numpy as np
+
+
+def device_kind():
+    """'gpu:<name>' for this engine's first visible GPU, else 'cpu'."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "cpu"
+    details = tf.config.experimental.get_device_details(gpus[0])
+    return f"gpu:{details.get('device_name', 'unknown')}"
+
+
+def _rss_bytes():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _peak_reset(gpu):
+    import tensorflow as tf
+
+    if gpu:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    return _rss_bytes()
+
+
+def _peak_since(gpu, baseline):
+    import tensorflow as tf
+
+    if gpu:
+        return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return max(0, _rss_bytes() - baseline)  # CPU: resident growth, a lower bound of the step's working memory
+
+
+def profile(model, x, y, batch_sizes=(16, 64, 256), steps=5):
+    """[{batch_size, step_s (median of `steps` after a warm-up step), peak_bytes}] and the device kind."""
+    kind = device_kind()
+    gpu = kind != "cpu"
+    rows = []
+    for batch in batch_sizes:
+        picked = np.arange(batch) % len(x)
+        xb, yb = x[picked], y[picked]
+        baseline = _peak_reset(gpu)
+        model.train_on_batch(xb, yb)  # warm-up: traces the step for this shape
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            model.train_on_batch(xb, yb)
+            times.append(time.perf_counter() - start)
+        rows.append({"batch_size": int(batch), "step_s": float(np.median(times)),
+                     "peak_bytes": _peak_since(gpu, baseline)})
+    return {"device": kind, "rows": rows}
+
+
+class ProbeDone(Exception):
+    """Raised from `fit` in probe mode: the cell ran up to its training, which was profiled instead of run."""
+
+    def __init__(self, payload):
+        super().__init__("probe finished")
+        self.payload = payload
+
+
+def probe_fit(model, x, y, kwargs, multipliers=(1, 2, 4)):
+    """What the recommender needs from a cell's `fit`: model features, the training set's size, epochs, batch size,
+    learning rate, and step times at multiples of the cell's batch size on this engine's device."""
+    from ..recommend.features import model_features
+    from .sharding import _is_array_like, _length
+
+    if not _is_array_like(x) or y is None:
+        raise ValueError("--recommend needs fit(x, y) with in-memory arrays, to know the data size and probe steps")
+    batch = kwargs.get("batch_size") or 32
+    if not model.built:
+        model(x[:1])
+    optimizer = model.optimizer
+    lr = optimizer.learning_rate
+    learning_rate = float(lr.numpy()) if hasattr(lr, "numpy") else None
+    measured = profile(model, x, y, [batch * m for m in multipliers])
+    # Optimizer state per weight (Adam 2, SGD with momentum 1), from the variables beyond iterations and the rate.
+    slots = round(max(0, len(optimizer.variables) - 2) / max(1, len(model.trainable_variables)))
+    raise ProbeDone({"features": model_features(model).as_dict(), "samples": int(_length(x)),
+                     "epochs": int(kwargs.get("epochs") or 1), "batch_size": int(batch),
+                     "learning_rate": learning_rate, "optimizer_slots": slots, **measured})
