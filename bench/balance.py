@@ -17,31 +17,14 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import _common  # noqa: E402
+from device_time import DEVICE_TIME_LAYER  # noqa: E402
 
-CELL = """
-import time
-import numpy as np
-import keras
-import tensorflow as tf
+CELL = DEVICE_TIME_LAYER + """
 import horovod.tensorflow as hvd
-
-class DeviceTime(keras.layers.Layer):
-    '''Sleeps per sample in the forward pass: a device whose speed the benchmark sets.'''
-    def __init__(self, seconds_per_sample, **kwargs):
-        super().__init__(**kwargs)
-        self.seconds_per_sample = seconds_per_sample
-    def call(self, x):
-        def wait(n):
-            time.sleep(float(n) * self.seconds_per_sample)
-            return np.float32(0.0)
-        waited = tf.py_function(wait, [tf.shape(x)[0]], tf.float32)
-        waited.set_shape([])
-        return x + waited
-    def compute_output_shape(self, input_shape):
-        return input_shape
 
 slow = SLOW_FACTOR if hvd.rank() == SLOW_RANK else 1.0
 keras.utils.set_random_seed(0)
@@ -49,6 +32,7 @@ model = keras.Sequential([keras.Input((32,)), DeviceTime(PER_SAMPLE * slow),
                           keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10, activation="softmax")])
 model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
 model.fit(x, y, batch_size=64, epochs=EPOCHS, verbose=0)
+del model  # its DeviceTime layer exists only on the engines
 """
 
 

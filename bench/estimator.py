@@ -14,6 +14,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import _common  # noqa: E402
+
 from jupyter_dl.recommend.estimator import PROFILES, leave_one_model_out  # noqa: E402
 
 

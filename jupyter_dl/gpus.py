@@ -6,32 +6,29 @@ import subprocess
 from .errors import UsageError
 
 
-@functools.lru_cache(maxsize=1)
-def discover() -> list:
-    """Indices of the GPUs nvidia-smi lists, e.g. [0, 1]."""
+def _query(field: str) -> list:
+    """One nvidia-smi column, a line per GPU in index order; [] without nvidia-smi or GPUs."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+        out = subprocess.run([smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True,
                              timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [int(line) for line in out.split() if line.strip().isdigit()]
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def discover() -> list:
+    """Indices of the GPUs nvidia-smi lists, e.g. [0, 1]."""
+    return [int(index) for index in _query("index") if index.isdigit()]
 
 
 @functools.lru_cache(maxsize=1)
 def names() -> list:
     """Model names of this host's GPUs in index order (what TensorFlow reports as device_name too)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    return _query("name")
 
 
 def select(spec: str | None) -> list:

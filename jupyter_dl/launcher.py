@@ -161,7 +161,7 @@ class Launcher(Configurable):
         """Serialise what must travel. Arrays are fingerprinted and serialised only if an engine lacks them."""
         if isinstance(work, FunctionWork):
             try:
-                fn_blob = _dumps_callable(work.fn)
+                fn_blob = _dumps_callable((work.fn, work.args, work.kwargs), work.fn)
             except Exception as exc:
                 raise ShipError(getattr(work.fn, "__name__", "fn"), f"{type(exc).__name__}: {exc}") from None
             return {"names_in": [], "names_out": [], "values": {}, "fn": fn_blob}
@@ -236,7 +236,7 @@ class Launcher(Configurable):
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
-            base.update(mode="fn", fn=shipment["fn"], args=work.args, kwargs=work.kwargs, all_ranks=work.all_ranks)
+            base.update(mode="fn", fn=shipment["fn"], all_ranks=work.all_ranks)
         try:
             ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": rendezvous.environments[r]})
                    for r, eid in enumerate(ids)]
@@ -491,8 +491,10 @@ def _outcome_of(rank, ar):
                 "died": isinstance(exc, EngineError) or getattr(exc, "ename", "") == "EngineError"}
 
 
-def _dumps_callable(fn):
-    """Pickle a function by value unless it lives in an installed package the engines can import too.
+def _dumps_callable(obj, fn):
+    """Pickle `obj` (the function with its arguments), the function by value unless it lives in an installed
+    package the engines can import too. Arguments travel with cloudpickle as well: closures and lambdas among them
+    would defeat ipyparallel's plain pickle.
 
     Test modules and scripts are usually not importable on the engines, so reference pickling would fail there.
     """
@@ -504,10 +506,10 @@ def _dumps_callable(fn):
     if module is not None and module.__name__ != "__main__" and not installed:
         payload.cloudpickle.register_pickle_by_value(module)
         try:
-            return payload.cloudpickle.dumps(fn)
+            return payload.cloudpickle.dumps(obj)
         finally:
             payload.cloudpickle.unregister_pickle_by_value(module)
-    return payload.cloudpickle.dumps(fn)
+    return payload.cloudpickle.dumps(obj)
 
 
 def _kernel_identity():

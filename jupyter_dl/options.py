@@ -99,44 +99,24 @@ def _duration(text):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of ranks, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _number(convert, expected, lowest, inclusive=True, hint=""):
+    """An argparse type: `convert` the text, refusing values below `lowest` (or equal to it, when not inclusive)."""
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < lowest or (value == lowest and not inclusive):
+            bound = f"at least {lowest}" if inclusive else f"more than {lowest}"
+            raise argparse.ArgumentTypeError(f"must be {bound}{hint}, got {text}")
+        return value
+    return parse
 
 
-def _count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _seconds_or_off(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds (0 turns it off), got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+_positive_int = _number(int, "a whole number of ranks", 1)
+_count = _number(int, "a whole number", 0)
+_seconds = _number(float, "seconds", 0, inclusive=False)
+_seconds_or_off = _number(float, "seconds (0 turns it off)", 0)
 
 
 def distribute_parser():
@@ -149,8 +129,8 @@ def distribute_parser():
                    help="with --recommend: the lowest-energy plan finishing within this time")
     p.add_argument("--name", default=None, help="job name")
     p.add_argument("--backend", choices=BACKENDS, default="horovod")
-    p.add_argument("--timeout", type=_seconds, default=None, help="stop the job after this many seconds")
-    p.add_argument("--stall-timeout", type=_seconds_or_off, default=None, dest="stall_timeout",
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SEC", help="stop the job after this many seconds")
+    p.add_argument("--stall-timeout", type=_seconds_or_off, default=None, dest="stall_timeout", metavar="SEC",
                    help="stop the job when a rank waits this long in a collective the others never enter")
     p.add_argument("--restarts", type=_count, default=0, metavar="R",
                    help="after a failure, restart the job up to R times from its last checkpoint")

@@ -3,6 +3,7 @@ import re
 
 import numpy as np
 import pytest
+from device_time import DEVICE_TIME_LAYER
 
 import jupyter_dl
 from jupyter_dl.runtime.balance import split_batch, take_columns
@@ -67,27 +68,13 @@ def test_weighted_average_of_uneven_batches_equals_the_full_batch_gradient(dl_se
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-SLOWED_FIT = """
-import time
-import numpy as np
-import keras
-import tensorflow as tf
+SLOWED_FIT = DEVICE_TIME_LAYER + """
 import horovod.tensorflow as hvd
 
-class DeviceTime(keras.layers.Layer):
-    def call(self, x):
-        per_sample = 0.003 if hvd.rank() == 1 else 0.001   # rank 1 is three times slower per sample
-        def wait(n):
-            time.sleep(float(n) * per_sample)
-            return np.float32(0.0)
-        waited = tf.py_function(wait, [tf.shape(x)[0]], tf.float32)
-        waited.set_shape([])
-        return x + waited
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
 keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.Input((64,)), DeviceTime(), keras.layers.Dense(32, activation="relu"),
+# Rank 1 is three times slower per sample.
+model = keras.Sequential([keras.Input((64,)), DeviceTime(0.003 if hvd.rank() == 1 else 0.001),
+                          keras.layers.Dense(32, activation="relu"),
                           keras.layers.Dense(10, activation="softmax")])
 model.compile(keras.optimizers.Adam(0.002), "sparse_categorical_crossentropy", metrics=["accuracy"])
 history = model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0)

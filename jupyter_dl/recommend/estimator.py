@@ -1,7 +1,7 @@
 """Predict a training step's time and memory from model features, per device kind, fitted on shipped profiles.
 
-Step time on one device is a sum of costs that each grow with one feature: a fixed dispatch cost, a cost per layer,
-FLOPs per group of layers (dense, conv, recurrent, attention, elementwise: each runs at its own rate), activations
+Step time on one device is a sum of costs that each grow with one feature: a fixed dispatch cost, a cost per layer
+and per recurrent time step (each one a kernel launch), FLOPs per group of layers (dense, conv, recurrent, attention, elementwise: each runs at its own rate), activations
 moved, and parameters updated. A training step does about three times the forward FLOPs. The coefficients are
 fitted by non-negative least squares on relative error (so small and large models count alike), one set per
 device kind. Scaling to several devices adds the ring allreduce of the gradients (2(k-1)/k of their bytes over the
@@ -21,7 +21,7 @@ BYTES = 4  # float32
 
 def terms(features: dict, batch: int) -> np.ndarray:
     flops = features.get("flops_by_group") or {"other": features["flops_per_sample"]}
-    return np.array([1.0, features["layers"]]
+    return np.array([1.0, features["layers"], features.get("sequential_steps", 0)]
                     + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
                     + [features["activations_per_sample"] * batch, features["trainable_params"]])
 

@@ -15,6 +15,7 @@ class ModelFeatures:
     layers: int
     kinds: dict = field(default_factory=dict)  # layer class name -> count
     flops_by_group: dict = field(default_factory=dict)  # dense | conv | rnn | attention | other -> forward FLOPs
+    sequential_steps: int = 0       # time steps recurrent layers run one after another (each costs a launch)
 
     def as_dict(self):
         return asdict(self)
@@ -27,6 +28,8 @@ def _elements(shape):
 
 def _shape(tensor_or_list):
     if isinstance(tensor_or_list, (list, tuple)):
+        if not tensor_or_list:
+            raise ValueError("no tensor")  # an input layer's own input
         tensor_or_list = tensor_or_list[0]
     return tuple(tensor_or_list.shape)
 
@@ -93,15 +96,21 @@ def model_features(model) -> ModelFeatures:
     kinds = {}
     groups = dict.fromkeys(GROUPS, 0.0)
     flops = activations = 0.0
+    steps = 0
     for layer in layers:
         kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
         layer_cost = layer_flops(layer)
         flops += layer_cost
         groups[group_of(layer)] += layer_cost
         try:
-            activations += _elements(_shape(layer.output))
+            activations += _elements(_shape(layer.output)) + _hidden_elements(layer)
         except (AttributeError, ValueError):
             pass
+        if group_of(layer) == "rnn":
+            try:
+                steps += _shape(layer.input)[1] or 0
+            except (AttributeError, ValueError, IndexError):
+                pass
     try:
         input_size = _elements(_shape(model.inputs))
     except (AttributeError, ValueError, TypeError, IndexError):
@@ -109,7 +118,15 @@ def model_features(model) -> ModelFeatures:
     return ModelFeatures(params=int(model.count_params()),
                          trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
                          flops_per_sample=flops, activations_per_sample=activations, input_size=int(input_size),
-                         layers=len(layers), kinds=kinds, flops_by_group=groups)
+                         layers=len(layers), kinds=kinds, flops_by_group=groups, sequential_steps=int(steps))
+
+
+def _hidden_elements(layer) -> int:
+    """Elements a layer keeps for its backward pass beyond its output: attention's score matrices."""
+    if type(layer).__name__ != "MultiHeadAttention":
+        return 0
+    seq = _shape(layer.output)[1] or 1
+    return int(getattr(layer, "num_heads", 1)) * seq * seq
 
 
 def _leaf_layers(model):

@@ -41,7 +41,7 @@ def _peak_since(gpu, baseline):
     return max(0, _rss_bytes() - baseline)  # CPU: resident growth, a lower bound of the step's working memory
 
 
-def profile(model, x, y, batch_sizes=(16, 64, 256), steps=5):
+def profile(model, x, y, batch_sizes=(16, 64, 256), steps=10):
     """[{batch_size, step_s (median of `steps` after a warm-up step), peak_bytes}] and the device kind."""
     kind = device_kind()
     gpu = kind != "cpu"
@@ -50,7 +50,8 @@ def profile(model, x, y, batch_sizes=(16, 64, 256), steps=5):
         picked = np.arange(batch) % len(x)
         xb, yb = x[picked], y[picked]
         baseline = _peak_reset(gpu)
-        model.train_on_batch(xb, yb)  # warm-up: traces the step for this shape
+        for _ in range(2):  # warm-up: traces the step for this shape, fills allocator caches
+            model.train_on_batch(xb, yb)
         times = []
         for _ in range(steps):
             start = time.perf_counter()

@@ -94,8 +94,8 @@ def run(spec: dict) -> dict:
                 exec(compile(spec["code"], filename, "exec"), namespace)
                 result = None
             else:
-                fn = payload.cloudpickle.loads(spec["fn"])
-                result = fn(*spec.get("args", ()), **spec.get("kwargs", {}))
+                fn, args, kwargs = payload.cloudpickle.loads(spec["fn"])
+                result = fn(*args, **kwargs)
         timings["run_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         if spec["mode"] == "fn":
