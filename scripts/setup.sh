@@ -83,4 +83,12 @@ if ! (cd / && "$py" -c "import jupyter_dl") 2>/dev/null || [ pyproject.toml -nt 
     "$VENV/etc/jupyter/jupyter_server_config.d/jupyter_dl.json"
   touch "$VENV/.jupyter_dl_installed"
 fi
+# The multi-user tests run a real JupyterHub, whose proxy is configurable-http-proxy (Node, from the npm registry).
+# Cached outside the clone like the Horovod wheel.
+chp_dir="$CACHE/chp"
+if [ ! -x "$chp_dir/node_modules/.bin/configurable-http-proxy" ]; then
+  log "installing configurable-http-proxy into $chp_dir"
+  mkdir -p "$chp_dir"
+  (cd "$chp_dir" && npm install --silent --no-audit --no-fund configurable-http-proxy@4)
+fi
 log "ready: $VENV"

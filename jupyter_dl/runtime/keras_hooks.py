@@ -268,8 +268,11 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
         def on_epoch_end(self, epoch, logs=None):
             if logs:
                 keys = sorted(logs)
-                # Weighted by each rank's share of the global batch: the mean over all samples, as with one rank.
-                averaged = backend.average_scalars([float(logs[k]) * weight for k in keys], name=f"jdl.epoch.{epoch}")
+                # Training metrics are weighted by each rank's share of the global batch (--balance): the mean over
+                # all samples, as with one rank. Validation shards are always even.
+                weights = [1.0 if k.startswith("val_") else weight for k in keys]
+                averaged = backend.average_scalars([float(logs[k]) * w for k, w in zip(keys, weights)],
+                                                   name=f"jdl.epoch.{epoch}")
                 logs.update(zip(keys, averaged))
 
     return RankSync()

@@ -1,0 +1,160 @@
+"""The GPU pool as a JupyterHub managed service, on a real JupyterHub on loopback with two users.
+
+JupyterHub (dummy authenticator, local process spawner) starts `jupyter-dl-pool` itself as a managed service, with a
+simulated inventory of 4 GPUs (this machine has none: the pool only counts GPUs, so a simulated inventory exercises
+the same code). The users' jobs here are pool tickets requested with each user's own hub token through the hub's
+proxy, as a kernel's client does; no single-user servers are spawned.
+"""
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from jupyter_dl.pool.client import PoolClient
+from jupyter_dl.pool.gang import PoolError
+
+SERVICE = "jupyter-dl-pool"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proxy_command():
+    cache = pathlib.Path(os.environ.get("JUPYTER_DL_CACHE", pathlib.Path.home() / ".cache" / "jupyter-dl"))
+    local = cache / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+    found = str(local) if local.exists() else shutil.which("configurable-http-proxy")
+    assert found, "configurable-http-proxy is missing: run `make setup` (scripts/setup.sh installs it)"
+    return found
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    port, hub_port, proxy_api, pool_port = (_free_port() for _ in range(4))
+    admin_token = secrets.token_hex(16)
+    config = root / "jupyterhub_config.py"
+    config.write_text(f"""
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
+c.ConfigurableHTTPProxy.command = [{_proxy_command()!r}]
+c.JupyterHub.db_url = "sqlite:///{root / 'hub.sqlite'}"
+c.JupyterHub.cookie_secret_file = {str(root / 'cookie_secret')!r}
+c.JupyterHub.pid_file = {str(root / 'hub.pid')!r}
+c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.spawner_class = "simple"
+c.Authenticator.allowed_users = {{"ann", "bob"}}
+c.Authenticator.admin_users = {{"root"}}
+c.JupyterHub.services = [
+    {{"name": {SERVICE!r}, "url": "http://127.0.0.1:{pool_port}",
+      "command": [{sys.executable!r}, "-m", "jupyter_dl.pool.service", "--simulate-gpus=sim0:4",
+                  "--max-gpus=4", "--max-jobs=1"]}},
+    {{"name": "test-admin", "api_token": {admin_token!r}}},
+]
+c.JupyterHub.load_roles = [
+    {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
+    {{"name": "test-admin", "scopes": ["admin:users", "tokens"], "services": ["test-admin"]}},
+]
+""")
+    log = open(root / "hub.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=root, stdout=log,
+                               stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{port}/hub/api"
+    service_url = f"http://127.0.0.1:{port}/services/{SERVICE}/"
+    admin = {"Authorization": f"token {admin_token}"}
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # the hub is up, and the proxy routes to the pool service
+            try:
+                if requests.get(api, timeout=2).ok and \
+                        requests.get(service_url + "api/pool", timeout=2).status_code in (401, 403):
+                    break
+            except requests.ConnectionError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (root / "hub.log").read_text()[-3000:]
+            time.sleep(0.3)
+        tokens = {}
+        for user in ("ann", "bob", "root"):
+            requests.post(f"{api}/users/{user}", headers=admin, timeout=10)
+            reply = requests.post(f"{api}/users/{user}/tokens", headers=admin, timeout=10,
+                                  json={"scopes": [f"access:services!service={SERVICE}"], "note": "pool test"})
+            assert reply.status_code == 201, reply.text
+            tokens[user] = reply.json()["token"]
+        yield {"url": service_url, "tokens": tokens, "api": api, "admin": admin, "log": root / "hub.log"}
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _client(hub, user):
+    return PoolClient(hub["url"], hub["tokens"][user])
+
+
+def test_two_users_share_the_pool_through_the_hub(hub):
+    ann, bob, root = _client(hub, "ann"), _client(hub, "bob"), _client(hub, "root")
+    first = ann.submit(1, job="ann-train", owner="kernel-ann")
+    assert first["state"] == "granted" and first["user"] == "ann"
+
+    # Gang admission: 4 GPUs asked, 3 free: bob waits, holding nothing, first in the queue.
+    big = bob.submit(4, job="bob-big", owner="kernel-bob")
+    assert big["state"] == "queued" and big["devices"] == [] and big["position"] == 1
+    assert "waiting for 4 GPUs to be free at once (3 free now)" in big["reason"]
+    assert ann.summary() == {"gpus": 4, "free": 3, "queued": 1}
+
+    # Each sees only their own jobs; an admin sees all.
+    assert [t["job"] for t in ann.tickets()] == ["ann-train"]
+    assert [t["job"] for t in bob.tickets()] == ["bob-big"]
+    assert sorted(t["job"] for t in root.tickets()) == ["ann-train", "bob-big"]
+
+    # A cross-user cancel is refused, and reads like an unknown id.
+    with pytest.raises(PoolError, match=f"no job '{first['id']}' of yours in the pool.*HTTP 404"):
+        bob.release(first["id"])
+    assert ann.ticket(first["id"])["state"] == "granted"
+
+    # Quota breaches: too many GPUs is refused outright; a second job over max-jobs waits with a reason and place.
+    with pytest.raises(PoolError, match="the pool has 4 in all: ask for at most 4.*HTTP 409"):
+        ann.submit(8)
+    second = ann.submit(1, job="ann-second")
+    assert second["state"] == "queued" and second["position"] == 2
+    assert "ann runs 1 jobs, the quota is 1 at once" in second["reason"]
+
+    # Ann's first job ends: bob's 4-GPU job starts whole; ann's second still waits (no GPU free).
+    ann.release(first["id"])
+    granted = bob.wait_granted(big["id"], owner="kernel-bob", timeout=10, poll=0.1)
+    assert len(granted["devices"]) == 4
+    assert ann.ticket(second["id"])["state"] == "queued"
+    bob.release(big["id"])
+    assert ann.wait_granted(second["id"], timeout=10, poll=0.1)["state"] == "granted"
+    ann.release(second["id"])
+
+
+def test_the_pool_refuses_requests_without_a_valid_hub_token_or_scope(hub):
+    url = hub["url"] + "api/tickets"
+    assert requests.get(url, timeout=10).status_code in (401, 403)
+    assert requests.post(url, json={"gpus": 1}, timeout=10,
+                         headers={"Authorization": "token not-a-token"}).status_code in (401, 403)
+    # A real token of a real user, but without the scope for this service.
+    reply = requests.post(f"{hub['api']}/users/ann/tokens", headers=hub["admin"], timeout=10,
+                          json={"scopes": ["read:users:name!user=ann"], "note": "no pool scope"})
+    assert reply.status_code == 201, reply.text
+    unscoped = {"Authorization": f"token {reply.json()['token']}"}
+    assert requests.get(url, headers=unscoped, timeout=10).status_code == 403
+    body = requests.post(url, headers={"Authorization": f"token {hub['tokens']['ann']}"}, data="{", timeout=10)
+    assert body.status_code == 400 and json.loads(body.text)["code"] == "http_400"
