@@ -75,6 +75,11 @@ class Launcher(Configurable):
         "~/.jupyter/jupyter_dl_secrets.json",
         help="JSON file of {name: value} that --secret NAME reads when NAME is not in the kernel's environment."
     ).tag(config=True)
+    pool_url = Unicode(
+        "", help="URL of a jupyter-dl-pool service (e.g. https://hub/services/jupyter-dl-pool/): each job first gets "
+                 "its GPUs from it, all at once, and gives them back when it ends. Empty: $JUPYTER_DL_POOL_URL, and "
+                 "without that, no pool (the cluster's engines are used as they are)."
+    ).tag(config=True)
     poll_interval = Float(0.05, help="Seconds between polls for rank output, metrics and completion."
                           ).tag(config=True)
     INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
@@ -107,23 +112,10 @@ class Launcher(Configurable):
         job.transition("starting")
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
-        attempt = 0
         try:
-            while True:
-                self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
-                ids = self._place(n)
-                job.engine_ids = ids
-                job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
-                t_cluster = time.perf_counter()
-                shipped = self._ship(ids, shipment)
-                t_ship = time.perf_counter()
-                outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
-                                                      observers, secret_values, redact, attempt)
-                if status[0] not in ("failed", "stalled") or attempt >= options.restarts:
-                    break
-                attempt += 1
-                self._restarting(job, state, attempt, options, _failure_summary(status, outcomes, redact),
-                                 stderr)
+            with self._pool_lease(job, n, stderr):
+                outcomes, ars, status, t_cluster, t_ship, shipped = self._attempts(
+                    job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
@@ -144,6 +136,38 @@ class Launcher(Configurable):
             picked = outcomes if work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
         return result
+
+    def _attempts(self, job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact):
+        """Run the job, and again after a failure while --restarts allows."""
+        attempt = 0
+        while True:
+            self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
+            ids = self._place(n)
+            job.engine_ids = ids
+            job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+            t_cluster = time.perf_counter()
+            shipped = self._ship(ids, shipment)
+            t_ship = time.perf_counter()
+            outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
+                                                  observers, secret_values, redact, attempt)
+            if status[0] not in ("failed", "stalled") or attempt >= options.restarts:
+                return outcomes, ars, status, t_cluster, t_ship, shipped
+            attempt += 1
+            self._restarting(job, state, attempt, options, _failure_summary(status, outcomes, redact), stderr)
+
+    def _pool_lease(self, job, n, stderr):
+        """The job's GPUs from the pool service when one is configured (one per rank), else nothing to hold."""
+        import contextlib
+        import os
+
+        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
+        if not url:
+            return contextlib.nullcontext()
+        from .pool.client import PoolClient
+        from .pool.lease import PoolLease
+
+        owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
+        return PoolLease(PoolClient(url), n, job, owner, stderr)
 
     def _restarting(self, job, state, attempt, options, reason, stderr):
         """Record a restart where the notebook, the job store and the live plot will show it."""

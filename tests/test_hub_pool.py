@@ -158,3 +158,38 @@ def test_the_pool_refuses_requests_without_a_valid_hub_token_or_scope(hub):
     assert requests.get(url, headers=unscoped, timeout=10).status_code == 403
     body = requests.post(url, headers={"Authorization": f"token {hub['tokens']['ann']}"}, data="{", timeout=10)
     assert body.status_code == 400 and json.loads(body.text)["code"] == "http_400"
+
+
+def _two():
+    return 2
+
+
+def test_a_distributed_job_waits_for_its_gpus_in_the_pool_then_runs_and_gives_them_back(hub, dl_session,
+                                                                                       monkeypatch, capsys):
+    """A real 2-rank job from ann's kernel: bob holds the whole pool, so it queues (state and place recorded),
+    runs once bob's job ends, and its GPUs go back when it finishes."""
+    import threading
+
+    import jupyter_dl
+
+    bob = _client(hub, "bob")
+    held = bob.submit(4, job="bob-everything", owner="kernel-bob")
+    assert held["state"] == "granted"
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub["tokens"]["ann"])
+    monkeypatch.setattr(dl_session.launcher, "pool_url", hub["url"])
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(value=jupyter_dl.distribute(_two, n=2, name="pooled")))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not any(j.name == "pooled" and j.state == "queued" and j.progress.get("queue_position") == 1
+                  for j in dl_session.jobs.all()):
+        assert time.monotonic() < deadline and runner.is_alive(), "the job never queued"
+        time.sleep(0.05)
+    job = next(j for j in dl_session.jobs.all() if j.name == "pooled")
+    assert dl_session.store.load(job.id).progress["queue_position"] == 1  # what the panel reads
+    bob.release(held["id"])
+    runner.join(120)
+    assert outcome.get("value") == 2 and job.state == "succeeded"
+    assert len(job.gpus) == 2 and all(g.startswith("sim0:") for g in job.gpus)
+    assert "queued for 2 GPUs: position 1" in capsys.readouterr().err
+    assert _client(hub, "ann").summary()["free"] == 4  # released when the job ended

@@ -166,3 +166,12 @@ export function formatTimestamp(unixSeconds: number | null | undefined): string 
   }
   return new Date(unixSeconds * 1000).toLocaleString();
 }
+
+/** `position 2 in the GPU queue` for a job waiting in the pool; '' otherwise. */
+export function formatQueue(job: Pick<IJob, 'state' | 'progress'>): string {
+  const position = job.progress?.queue_position;
+  if (job.state !== 'queued' || !finite(position)) {
+    return '';
+  }
+  return `position ${position} in the GPU queue`;
+}

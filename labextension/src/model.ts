@@ -44,6 +44,9 @@ export interface IJobProgress {
   updated?: number | null;
   /** Recent loss values, at most 60. */
   sparkline?: number[] | null;
+  /** While queued for GPUs in the pool: the place in the queue (1 = next) and why it waits. */
+  queue_position?: number | null;
+  reason?: string | null;
 }
 
 /** One distributed run, as `GET jupyter-dl/api/jobs` lists it. */

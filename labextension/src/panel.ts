@@ -15,6 +15,7 @@ import {
   formatMemory,
   formatMetric,
   formatPercent,
+  formatQueue,
   formatRanks,
   formatRate,
   formatTimestamp,
@@ -368,7 +369,9 @@ class JobRow {
     setText(this._sparkTitle, last === null ? 'no loss yet' : `loss ${formatMetric(last)}`);
     this._spark.classList.toggle('jp-mod-empty', spark.length === 0);
 
-    setText(this._epoch, formatEpochStep(progress));
+    const queued = formatQueue(job);
+    setText(this._epoch, queued || formatEpochStep(progress));
+    setAttr(this._epoch, 'title', queued ? (progress.reason ?? null) : null);
     setText(this._rate, isActive(job.state) ? formatRate(progress.samples_per_s) : '');
     setText(this._elapsed, `${formatDuration(job.elapsed)} elapsed`);
     setText(this._eta, formatEta(progress.eta_s, job.state));

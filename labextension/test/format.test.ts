@@ -9,6 +9,7 @@ import {
   formatMemory,
   formatMetric,
   formatPercent,
+  formatQueue,
   formatRanks,
   formatRate,
   isActive,
@@ -89,6 +90,14 @@ describe('progress text', () => {
     expect(formatEpochStep({ epoch: 0, epochs: 5, step: 0, steps: 100 })).toBe('');
     expect(formatEpochStep({})).toBe('');
     expect(formatEpochStep(null)).toBe('');
+  });
+
+  it('says where a queued job stands in the GPU queue', () => {
+    expect(formatQueue({ state: 'queued', progress: { queue_position: 2, reason: 'waiting' } })).toBe(
+      'position 2 in the GPU queue'
+    );
+    expect(formatQueue({ state: 'running', progress: { queue_position: 2 } })).toBe('');
+    expect(formatQueue({ state: 'queued', progress: {} })).toBe('');
   });
 
   it('formats ranks and GPUs', () => {

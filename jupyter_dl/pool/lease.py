@@ -1,0 +1,70 @@
+"""Kernel side: hold a job's GPUs from the pool service for as long as the job runs.
+
+Asks for the job's GPUs at once, waits in the queue (the job is `queued`, with its place and why, for the cell, the
+job store and the panel), keeps the lease alive with heartbeats while the job runs (a kernel that dies stops them,
+and the pool takes the GPUs back), and releases them when the job ends however it ends.
+"""
+import sys
+import threading
+
+from .client import PoolClient
+
+
+class PoolLease:
+    def __init__(self, client: PoolClient, gpus: int, job, owner: str, stderr=None, heartbeat_s=10.0, poll_s=1.0):
+        self.client, self.gpus, self.job, self.owner = client, gpus, job, owner
+        self.stderr = stderr or sys.stderr
+        self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
+        self.ticket = None
+        self._stop = threading.Event()
+        self._thread = None
+        self._shown = None
+
+    def __enter__(self):
+        self.ticket = self.client.submit(self.gpus, job=self.job.name, owner=self.owner)
+        try:
+            if self.ticket["state"] != "granted":
+                self.job.transition("queued")
+                self._waiting(self.ticket)
+                self.ticket = self.client.wait_granted(self.ticket["id"], owner=self.owner, on_wait=self._waiting,
+                                                       poll=self.poll_s)
+        except BaseException:
+            self._release()
+            raise
+        if self.job.state == "queued":
+            self.job.transition("starting")
+        self.job.gpus = [f"{host}:{gpu}" for host, gpu in self.ticket["devices"]]
+        self.job.progress = {k: v for k, v in self.job.progress.items() if k not in ("queue_position", "reason")}
+        self._thread = threading.Thread(target=self._beat, name="jdl-pool-heartbeat", daemon=True)
+        self._thread.start()
+        return self.ticket
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self._release()
+        return False
+
+    def _waiting(self, ticket):
+        where = (ticket.get("position"), ticket.get("reason"))
+        self.job.progress = {**self.job.progress, "queue_position": where[0], "reason": where[1]}
+        self.job.changed()
+        if where != self._shown:
+            self._shown = where
+            print(f"[jupyter-dl] queued for {self.gpus} GPUs: position {where[0]} ({where[1]}); "
+                  f"interrupt the kernel to give up", file=self.stderr, flush=True)
+
+    def _beat(self):
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                self.client.heartbeat(self.owner)
+            except Exception:  # a missed beat is retried; the lease TTL covers several
+                pass
+
+    def _release(self):
+        if self.ticket is not None:
+            try:
+                self.client.release(self.ticket["id"])
+            except Exception as exc:  # the pool expires it when the heartbeats stop anyway
+                print(f"[jupyter-dl] could not release GPUs {self.ticket['id']}: {exc}", file=self.stderr)
