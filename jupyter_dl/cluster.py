@@ -75,7 +75,8 @@ class ClusterManager(Configurable):
         # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
         if devices:
             for dev in devices[:n]:
-                env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": str(dev)}
+                # Memory growth on: TensorFlow would otherwise take the whole GPU at its first op.
+                env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": str(dev), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
                 self.cluster.start_engines_sync(1, environment=env)
         else:
             env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": ""} if gpus.discover() else self.engine_environment

@@ -19,7 +19,8 @@ GPU_OPS=${HOROVOD_GPU_OPERATIONS:-}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # chromium: the browser tests drive a real JupyterLab page with Playwright (its own browser download is blocked).
-apt_deps=(libhighwayhash-dev libfarmhash-dev cmake g++ chromium)
+# slurm-wlm and munge: tests/test_slurm.py runs a real single-node Slurm for the ipyparallel Slurm launcher.
+apt_deps=(libhighwayhash-dev libfarmhash-dev cmake g++ chromium slurm-wlm munge)
 missing=()
 for p in "${apt_deps[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
