@@ -172,8 +172,10 @@ class DistributeMagics(Magics):
 
     @cell_magic
     def distribute(self, line, cell):
-        """%%distribute [-n N] [--name NAME] [--timeout SEC] [--output rank0|all] [--lr-scale linear|sqrt|none]
-        [--manual] [--no-plot] -- run an unchanged Keras cell as an N-rank Horovod job."""
+        """%%distribute [-n N|auto] [--recommend [--deadline 30m]] [--name NAME] [--timeout SEC] [--stall-timeout SEC]
+        [--restarts R --checkpoint-dir DIR] [--balance auto|on|off] [--output rank0|all]
+        [--lr-scale linear|sqrt|none] [--manual] [--no-plot] [--secret NAME]
+        -- run an unchanged Keras cell as an N-rank Horovod job."""
         try:
             options = parse_distribute_line(line)
             result = self.session.run(CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell),

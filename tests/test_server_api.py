@@ -115,3 +115,4 @@ async def test_metrics_paging_survives_blank_and_half_written_lines(jp_fetch, st
 async def test_cluster_endpoint(jp_fetch):
     body = await _json(await jp_fetch("jupyter-dl", "api", "cluster"))
     assert isinstance(body["clusters"], list) and body["gpus"] == []  # no GPU on this machine
+

@@ -5,7 +5,6 @@ once (its gang allocation) and the notebook connects to that cluster unchanged. 
 generated slurm.conf in a temporary directory and its own ports, so it needs no system configuration.
 """
 import os
-import pathlib
 import shutil
 import socket
 import subprocess

@@ -16,7 +16,8 @@ class Job:
     name: str
     n: int
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    user: str = field(default_factory=getpass.getuser)
+    # On a JupyterHub the hub user (the spawner sets JUPYTERHUB_USER for the server and its kernels), else the OS user.
+    user: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_USER") or getpass.getuser())
     notebook: str | None = None
     kernel_id: str | None = None
     kernel_pid: int = field(default_factory=os.getpid)

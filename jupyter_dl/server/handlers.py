@@ -1,6 +1,7 @@
 """Thin tornado handlers over JobService. Every handler requires an authenticated user; errors are
 JSON `{code, message}` with the matching HTTP status."""
 import json
+import os
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -18,6 +19,14 @@ class _Base(APIHandler):
     @property
     def service(self):
         return self.settings["jupyter_dl_service"]
+
+    @property
+    def viewer(self):
+        """On a JupyterHub (JUPYTERHUB_USER set by the spawner) only the signed-in user's jobs are visible, even
+        when the job store is shared; a plain single-user server shows every job in its store."""
+        if not os.environ.get("JUPYTERHUB_USER"):
+            return None
+        return self.current_user.username
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -44,26 +53,27 @@ class JobsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self):
-        return self._call(lambda: {"jobs": self.service.list_jobs(self.get_query_argument("state", None))})
+        return self._call(lambda: {"jobs": self.service.list_jobs(self.get_query_argument("state", None),
+                                                                  viewer=self.viewer)})
 
 
 class JobHandler(_Base):
     @web.authenticated
     @authorized
     def get(self, job_id):
-        return self._call(self.service.get, job_id)
+        return self._call(self.service.get, job_id, viewer=self.viewer)
 
     @web.authenticated
     @authorized
     def delete(self, job_id):
-        return self._call(self.service.cancel, job_id, status=202)
+        return self._call(self.service.cancel, job_id, status=202, viewer=self.viewer)
 
 
 class MetricsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self, job_id):
-        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"))
+        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"), viewer=self.viewer)
 
 
 class LogsHandler(_Base):
@@ -71,7 +81,8 @@ class LogsHandler(_Base):
     @authorized
     def get(self, job_id):
         return self._call(self.service.logs, job_id, self.get_query_argument("rank", "0"),
-                          self.get_query_argument("tail", None), self.get_query_argument("stream", "stdout"))
+                          self.get_query_argument("tail", None), self.get_query_argument("stream", "stdout"),
+                          viewer=self.viewer)
 
 
 class ClusterHandler(_Base):

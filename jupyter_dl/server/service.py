@@ -32,25 +32,31 @@ class BadRequest(ServiceError):
 
 
 class JobService:
+    """Every method takes `viewer`: a user name to restrict to that user's jobs (another user's job is reported
+    exactly like a missing one), or None for a single-user server, where every job in the store is the owner's."""
+
     def __init__(self, store):
         self.store = store
 
-    def _job(self, job_id):
+    def _job(self, job_id, viewer=None):
         if not job_id or "/" in job_id or job_id.startswith("."):
             raise NotFound(f"no job {job_id!r}")
         try:
-            return self.store.load(job_id)
+            job = self.store.load(job_id)
         except (OSError, ValueError):
-            raise NotFound(f"no job {job_id!r}; list jobs at /jupyter-dl/api/jobs") from None
+            job = None
+        if job is None or (viewer is not None and job.user != viewer):
+            raise NotFound(f"no job {job_id!r}; list jobs at /jupyter-dl/api/jobs")
+        return job
 
-    def list_jobs(self, states=None):
+    def list_jobs(self, states=None, viewer=None):
         wanted = None
         if states:
             wanted = {s.strip() for s in states.split(",") if s.strip()}
             unknown = wanted - set(STATES)
             if unknown:
                 raise BadRequest(f"unknown state(s) {sorted(unknown)}; use any of {', '.join(STATES)}")
-        records = self.store.records()
+        records = [r for r in self.store.records() if viewer is None or r.get("user") == viewer]
         # Only unfinished jobs can have lost their kernel; finished ones are served as stored.
         unfinished = [Job.from_dict(r) for r in records if r["state"] not in FINAL_STATES]
         lost = {job.id: job.to_dict() for job in self.store.reap_lost(unfinished)}
@@ -63,26 +69,26 @@ class JobService:
                            else {**record, "elapsed": _elapsed(record, now)})
         return out
 
-    def get(self, job_id):
-        job = self._job(job_id)
+    def get(self, job_id, viewer=None):
+        job = self._job(job_id, viewer)
         self.store.reap_lost([job])
         return job.to_dict()
 
-    def cancel(self, job_id):
-        job = self._job(job_id)
+    def cancel(self, job_id, viewer=None):
+        job = self._job(job_id, viewer)
         if job.finished:
             raise NotRunning(f"job {job_id} already {job.state}")
         job = self.store.request_cancel(job_id)
         return {"id": job_id, "state": job.state if job.finished else "cancelling"}
 
-    def metrics(self, job_id, since=0):
-        self._job(job_id)
+    def metrics(self, job_id, since=0, viewer=None):
+        self._job(job_id, viewer)
         since = _non_negative_int(since, "since")
         records, next_line = self.store.metrics(job_id, since)
         return {"records": records, "next": next_line}
 
-    def logs(self, job_id, rank=0, tail=None, stream="stdout"):
-        self._job(job_id)
+    def logs(self, job_id, rank=0, tail=None, stream="stdout", viewer=None):
+        self._job(job_id, viewer)
         if stream not in ("stdout", "stderr"):
             raise BadRequest("stream must be stdout or stderr")
         rank = _non_negative_int(rank, "rank")
