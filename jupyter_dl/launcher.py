@@ -16,7 +16,7 @@ from . import cell as cellmod
 from . import payload
 from . import secrets as secretsmod
 from .backends import horovod as backend
-from .errors import JobCancelled, JobStalled, JobTimeout, RankError, ShipError
+from .errors import JobCancelled, JobStalled, JobTimeout, RankError, ShipError, UsageError
 from .jobs import Job, JobRegistry
 from .live.collector import MetricsCollector
 from .live.state import TrainingState
@@ -113,9 +113,11 @@ class Launcher(Configurable):
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
         try:
-            with self._pool_lease(job, n, stderr):
+            with self._pool_lease(job, n, stderr) as lease:
+                granted = lease["devices"] if lease else None
                 outcomes, ars, status, t_cluster, t_ship, shipped = self._attempts(
-                    job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact)
+                    job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact,
+                    granted)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
@@ -137,12 +139,13 @@ class Launcher(Configurable):
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
         return result
 
-    def _attempts(self, job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact):
+    def _attempts(self, job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact,
+                  granted=None):
         """Run the job, and again after a failure while --restarts allows."""
         attempt = 0
         while True:
             self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
-            ids = self._place(n)
+            ids = self._place(n, granted)
             job.engine_ids = ids
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
             t_cluster = time.perf_counter()
@@ -203,14 +206,22 @@ class Launcher(Configurable):
                 values[name] = (fp, value)
         return {"names_in": sorted(values), "names_out": names.binds, "values": values}
 
-    def _place(self, n):
-        """Choose n engines, grouped by host so each host's ranks are contiguous (Horovod's local ranks)."""
+    def _place(self, n, granted=None):
+        """Choose n engines, grouped by host so each host's ranks are contiguous (Horovod's local ranks). With GPUs
+        granted by the pool, the engines pinned to exactly those GPUs (engines on CPU clusters are not pinned)."""
         ids = self.cluster.engine_ids()
-        infos = self.cluster.describe(ids)
+        pairs = list(zip(ids, self.cluster.describe(ids)))
+        if granted and any(info.get("gpu") for _, info in pairs):
+            wanted = {(host, str(gpu)) for host, gpu in granted}
+            pinned = {(info["hostname"], info.get("gpu")) for _, info in pairs}
+            pairs = [(eid, info) for eid, info in pairs if (info["hostname"], info.get("gpu")) in wanted]
+            if len(pairs) < n:
+                raise UsageError(f"the pool granted GPUs {sorted(wanted)}, but the cluster's engines are pinned to "
+                                 f"{sorted(pinned)}; start the cluster with one engine per GPU on the pool's hosts")
         order = {}
-        for info in infos:
+        for _, info in pairs:
             order.setdefault(info["hostname"], len(order))
-        ranked = sorted(zip(ids, infos), key=lambda pair: order[pair[1]["hostname"]])
+        ranked = sorted(pairs, key=lambda pair: order[pair[1]["hostname"]])
         return [eid for eid, _ in ranked[:n]]
 
     def _ship(self, ids, shipment):

@@ -105,3 +105,25 @@ def test_gangs_stay_on_one_host_when_one_has_room():
     assert len({host for host, _ in a.devices}) == 1 and len({host for host, _ in b.devices}) == 1
     c = pool.submit("cid", 1)
     assert c.devices[0][0] == a.devices[0][0]  # the fullest host that fits: the big hole stays whole
+
+
+class _PinnedCluster:
+    """Stands in for a cluster of GPU engines, which this machine cannot start: one engine per GPU, two hosts."""
+
+    def engine_ids(self):
+        return [0, 1, 2, 3]
+
+    def describe(self, ids):
+        pinned = {0: ("a", "0"), 1: ("a", "1"), 2: ("b", "0"), 3: ("b", "1")}
+        return [{"hostname": pinned[i][0], "gpu": pinned[i][1], "pid": 100 + i} for i in ids]
+
+
+def test_ranks_go_to_the_engines_pinned_to_the_granted_gpus():
+    from jupyter_dl.errors import UsageError
+    from jupyter_dl.launcher import Launcher
+
+    launcher = Launcher(_PinnedCluster())
+    assert launcher._place(2, [("b", 1), ("a", 1)]) == [1, 3]  # host a's rank first: contiguous local ranks
+    assert launcher._place(2) == [0, 1]
+    with pytest.raises(UsageError, match="the pool granted GPUs"):
+        launcher._place(2, [("c", 0), ("c", 1)])

@@ -29,7 +29,9 @@ _SHIPPED = {}
 
 def describe():
     """Who this engine is: used to place ranks on hosts."""
-    return {"hostname": socket.gethostname(), "pid": os.getpid()}
+    # The GPU an engine was pinned to when it started (one per engine), to place ranks on the GPUs a pool granted.
+    return {"hostname": socket.gethostname(), "pid": os.getpid(),
+            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
 
 
 def manifest():
