@@ -89,7 +89,7 @@ class GangPool:
         return ticket
 
     def cancel(self, ticket_id, user, admin=False) -> Ticket:
-        ticket = self._own(ticket_id, user, admin)
+        ticket = self.owned(ticket_id, user, admin)
         if ticket.state in ("queued", "granted"):
             self._end(ticket, "cancelled")
             self.schedule()
@@ -97,7 +97,7 @@ class GangPool:
 
     def release(self, ticket_id, user, admin=False) -> Ticket:
         """The job ended (succeeded, failed or was cancelled): its GPUs go back."""
-        ticket = self._own(ticket_id, user, admin)
+        ticket = self.owned(ticket_id, user, admin)
         if ticket.state in ("queued", "granted"):
             self._end(ticket, "released")
             self.schedule()
@@ -207,7 +207,7 @@ class GangPool:
         ticket.ended = self.clock()
 
     # -------------------------------------------------------------------------------------------- access
-    def _own(self, ticket_id, user, admin):
+    def owned(self, ticket_id, user, admin=False):
         ticket = self.tickets.get(ticket_id)
         if ticket is None or (ticket.user != user and not admin):
             # Another user's ticket is reported exactly like a missing one: ids reveal nothing.

@@ -82,7 +82,7 @@ class TicketsHandler(PoolHandler):
 class TicketHandler(PoolHandler):
     @web.authenticated
     def get(self, ticket_id):
-        ticket = self.pool._own(ticket_id, self.user, self.is_admin)
+        ticket = self.pool.owned(ticket_id, self.user, self.is_admin)
         self.reply(self.ticket_json(ticket))
 
     @web.authenticated
