@@ -53,3 +53,26 @@ def test_injected_failure_is_reported_and_repaired(dl_session, tmp_path, fault):
             assert f"rank {fault.rank} was at cell line" in message and "time.sleep(120)" in message, message
     # The cluster is whole again: the next job gets its 2 ranks.
     assert jupyter_dl.distribute(_size, n=2) == 2
+
+
+SLOW_FIRST_STEP = """
+import time
+import numpy as np
+import keras
+import horovod.tensorflow as hvd
+
+class SlowStart(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        if hvd.rank() == 0:
+            time.sleep(4)   # like a rank still tracing a big model: its peer waits in the first compiled step
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(np.ones((64, 8), "float32"), np.ones(64, "float32"), epochs=1, batch_size=8, verbose=0,
+          callbacks=[SlowStart()])
+"""
+
+
+def test_a_peer_slow_to_reach_the_first_step_is_not_a_stall(dl_session):
+    # 4 s alone before the first step, with --stall-timeout 1.5: the first step gets 5x the patience.
+    result = jupyter_dl.distribute(SLOW_FIRST_STEP, n=2, namespace={}, stall_timeout=1.5)
+    assert result.job.state == "succeeded"

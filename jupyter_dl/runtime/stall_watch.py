@@ -13,9 +13,12 @@ import time
 from ..backends.horovod import COLLECTIVE_OPS
 
 
+FIRST_STEP_GRACE = 5  # the first compiled step waits for peers still tracing theirs: allow it 5x the time
+
+
 def waiting_in(frame):
-    """(frame of the call, description) when the stack is inside a collective or a compiled Keras training step,
-    else None."""
+    """(frame of the call, description, patience factor) when the stack is inside a collective or a compiled Keras
+    training step, else None."""
     innermost = frame
     depth = 0
     while frame is not None and depth < 60:
@@ -23,7 +26,7 @@ def waiting_in(frame):
         op = COLLECTIVE_OPS.get(code.co_name)
         if op is not None:
             name = frame.f_locals.get("name")
-            return frame, f"Horovod {op}" + (f" {name!r}" if isinstance(name, str) and name else "")
+            return frame, f"Horovod {op}" + (f" {name!r}" if isinstance(name, str) and name else ""), 1
         if "/keras/src/" in code.co_filename.replace("\\", "/"):
             # The innermost Keras frame: the train function `fit` calls (TF trainer), which holds the gradient
             # allreduce. A validation step (`evaluate` under fit) has no collective in it.
@@ -31,7 +34,11 @@ def waiting_in(frame):
             in_fit = code.co_name == "fit" or (code.co_name == "function" and caller is not None
                                                and caller.f_code.co_name == "fit")
             if in_fit and innermost.f_code.co_name == "quick_execute":
-                return frame, "a compiled Keras training step (its gradient allreduce)"
+                fit = frame if code.co_name == "fit" else caller
+                first = fit.f_locals.get("begin_step") in (None, 0) and \
+                    fit.f_locals.get("epoch") == fit.f_locals.get("initial_epoch", 0)
+                return frame, "a compiled Keras training step (its gradient allreduce)", \
+                    FIRST_STEP_GRACE if first else 1
             return None
         frame = frame.f_back
         depth += 1
@@ -85,7 +92,7 @@ class StallWatch:
             now = time.monotonic()
             if key != current:
                 current, since, reported = key, now, False
-            elif found and not reported and now - since >= self.stall_s:
+            elif found and not reported and now - since >= self.stall_s * found[2]:
                 reported = True
                 self.report({"kind": "stall", "rank": self.rank, "t": time.time(), "waited_s": round(now - since, 1),
                              "what": found[1], "where": cell_location(frame)})
