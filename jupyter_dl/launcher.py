@@ -16,7 +16,14 @@ from . import cell as cellmod
 from . import payload
 from . import secrets as secretsmod
 from .backends import horovod as backend
-from .errors import JobCancelled, JobStalled, JobTimeout, RankError, ShipError, UsageError
+from .errors import (
+    JobCancelled,
+    JobStalled,
+    JobTimeout,
+    RankError,
+    ShipError,
+    UsageError,
+)
 from .jobs import Job, JobRegistry
 from .live.collector import MetricsCollector
 from .live.state import TrainingState

@@ -76,3 +76,28 @@ def test_a_peer_slow_to_reach_the_first_step_is_not_a_stall(dl_session):
     # 4 s alone before the first step, with --stall-timeout 1.5: the first step gets 5x the patience.
     result = jupyter_dl.distribute(SLOW_FIRST_STEP, n=2, namespace={}, stall_timeout=1.5)
     assert result.job.state == "succeeded"
+
+
+LONG_BUSY_TRAINING = """
+import time
+import numpy as np
+import keras
+import horovod.tensorflow as hvd
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+start = time.monotonic()
+model.fit(np.ones((4096, 8), "float32"), np.ones(4096, "float32"), epochs=2, batch_size=4, verbose=0)
+fit_s = time.monotonic() - start
+start = time.monotonic()
+for _ in range(1500):  # many short eager collectives, one after another (the same count on every rank)
+    hvd.allreduce(np.ones(4), name="busy")
+calls_s = time.monotonic() - start
+"""
+
+
+def test_long_runs_of_short_collectives_are_not_a_stall(dl_session):
+    # Frame objects of successive calls can share an address; progress (steps, calls) must reset the clock.
+    namespace = {}
+    result = jupyter_dl.distribute(LONG_BUSY_TRAINING, n=2, namespace=namespace, stall_timeout=1)
+    assert result.job.state == "succeeded"
+    assert namespace["fit_s"] > 2 and namespace["calls_s"] > 1, namespace  # both outlast the stall timeout

@@ -12,6 +12,7 @@ comes back to the notebook is an ordinary Keras model.
 import math
 
 from ..backends import horovod as backend
+from . import stall_watch
 
 _SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
 _ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
@@ -248,6 +249,7 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
             self._optimizer_synced = False
 
         def on_train_begin(self, logs=None):
+            stall_watch.fit_started()
             if resume is not None:
                 # The optimizer's slots must exist on every rank before its state can be broadcast.
                 if model.optimizer is not None and not model.optimizer.built:
@@ -260,6 +262,7 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
                 backend.broadcast_from_root(model.variables)
 
         def on_train_batch_end(self, batch, logs=None):
+            stall_watch.step_done()
             # Optimizer slots and lazily built layers exist only after the first step: bring them in line once.
             if not self._optimizer_synced:
                 backend.broadcast_from_root(list(model.variables) + list(model.optimizer.variables))

@@ -10,6 +10,8 @@ Rank 0 sends per-batch and per-epoch metrics; every rank sends its throughput. `
 """
 import time
 
+from . import stall_watch
+
 FLUSH_INTERVAL = 0.1
 
 
@@ -75,6 +77,7 @@ def _make_callback_class():
 
         # ---------------------------------------------------------------------------------------- callbacks
         def on_train_begin(self, logs=None):
+            stall_watch.fit_started()
             params = self.params or {}
             self._epoch_steps = params.get("steps")
             self._emit({"kind": "begin", "rank": self.rank, "t": time.time(), "epochs": params.get("epochs"),
@@ -88,6 +91,7 @@ def _make_callback_class():
             self._epoch_samples = 0
 
         def on_train_batch_end(self, batch, logs=None):
+            stall_watch.step_done()  # a step done is progress, for --manual cells too
             self._steps += 1
             if self.samples_per_epoch and self.batch_size:
                 self._epoch_samples = min((batch + 1) * self.batch_size, self.samples_per_epoch)

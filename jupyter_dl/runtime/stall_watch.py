@@ -12,21 +12,42 @@ import time
 
 from ..backends.horovod import COLLECTIVE_OPS
 
-
 FIRST_STEP_GRACE = 5  # the first compiled step waits for peers still tracing theirs: allow it 5x the time
+
+# Bumped on every training step (by the Keras hooks and LiveMetrics) and every eager Horovod call: the watch treats a
+# change as progress. Frame identity alone cannot tell one call from the next (frame objects are reused).
+_progress = 0
+_fit_steps = None  # steps since the current fit began (None: no callback tells, e.g. a --manual cell without them)
+
+
+def progress():
+    global _progress
+    _progress += 1
+
+
+def fit_started():
+    global _fit_steps
+    _fit_steps = 0
+
+
+def step_done():
+    global _fit_steps
+    progress()
+    if _fit_steps is not None:
+        _fit_steps += 1
 
 
 def waiting_in(frame):
-    """(frame of the call, description, patience factor) when the stack is inside a collective or a compiled Keras
-    training step, else None."""
+    """(frame of the call, description, fit frame or None) when the stack is inside a collective or a compiled Keras
+    training step, else None. Reads only code objects and line numbers: another thread's frame locals are not safe
+    to read while it runs (a CI run lost an engine when this read the running `fit` frame's locals)."""
     innermost = frame
     depth = 0
     while frame is not None and depth < 60:
         code = frame.f_code
         op = COLLECTIVE_OPS.get(code.co_name)
         if op is not None:
-            name = frame.f_locals.get("name")
-            return frame, f"Horovod {op}" + (f" {name!r}" if isinstance(name, str) and name else ""), 1
+            return frame, f"Horovod {op}", None
         if "/keras/src/" in code.co_filename.replace("\\", "/"):
             # The innermost Keras frame: the train function `fit` calls (TF trainer), which holds the gradient
             # allreduce. A validation step (`evaluate` under fit) has no collective in it.
@@ -34,11 +55,8 @@ def waiting_in(frame):
             in_fit = code.co_name == "fit" or (code.co_name == "function" and caller is not None
                                                and caller.f_code.co_name == "fit")
             if in_fit and innermost.f_code.co_name == "quick_execute":
-                fit = frame if code.co_name == "fit" else caller
-                first = fit.f_locals.get("begin_step") in (None, 0) and \
-                    fit.f_locals.get("epoch") == fit.f_locals.get("initial_epoch", 0)
                 return frame, "a compiled Keras training step (its gradient allreduce)", \
-                    FIRST_STEP_GRACE if first else 1
+                    frame if code.co_name == "fit" else caller
             return None
         frame = frame.f_back
         depth += 1
@@ -73,6 +91,10 @@ class StallWatch:
 
     def __enter__(self):
         if self.stall_s:
+            from ..backends.horovod import counting_collectives
+
+            self._counting = counting_collectives(progress)
+            self._counting.__enter__()
             self._thread = threading.Thread(target=self._watch, name="jdl-stall-watch", daemon=True)
             self._thread.start()
         return self
@@ -81,6 +103,7 @@ class StallWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+            self._counting.__exit__(None, None, None)
         return False
 
     def _watch(self):
@@ -88,11 +111,13 @@ class StallWatch:
         while not self._stop.wait(self.interval):
             frame = sys._current_frames().get(self._main)
             found = waiting_in(frame) if frame is not None else None
-            key = (id(found[0]), found[0].f_code) if found else None
+            key = (id(found[0]), found[0].f_code, _progress) if found else None
             now = time.monotonic()
+            # The first compiled step of a fit: peers may still be tracing theirs.
+            patience = FIRST_STEP_GRACE if found and found[2] is not None and _fit_steps == 0 else 1
             if key != current:
                 current, since, reported = key, now, False
-            elif found and not reported and now - since >= self.stall_s * found[2]:
+            elif found and not reported and now - since >= self.stall_s * patience:
                 reported = True
                 self.report({"kind": "stall", "rank": self.rank, "t": time.time(), "waited_s": round(now - since, 1),
                              "what": found[1], "where": cell_location(frame)})
