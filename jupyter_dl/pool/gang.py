@@ -89,17 +89,17 @@ class GangPool:
         return ticket
 
     def cancel(self, ticket_id, user, admin=False) -> Ticket:
-        ticket = self.owned(ticket_id, user, admin)
-        if ticket.state in ("queued", "granted"):
-            self._end(ticket, "cancelled")
-            self.schedule()
-        return ticket
+        """Withdraw a request, or stop holding GPUs for a job that will not run."""
+        return self._close(ticket_id, user, admin, "cancelled")
 
     def release(self, ticket_id, user, admin=False) -> Ticket:
         """The job ended (succeeded, failed or was cancelled): its GPUs go back."""
+        return self._close(ticket_id, user, admin, "released")
+
+    def _close(self, ticket_id, user, admin, state):
         ticket = self.owned(ticket_id, user, admin)
         if ticket.state in ("queued", "granted"):
-            self._end(ticket, "released")
+            self._end(ticket, state)
             self.schedule()
         return ticket
 
