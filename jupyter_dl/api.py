@@ -62,7 +62,6 @@ class Session:
                 self.baselines[key] = single
         return result
 
-
     def _run_recommended(self, work, options, key, show_view):
         import dataclasses
 
@@ -153,16 +152,12 @@ def _seconds(deadline):
 def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True):
     """The recommendation table for training `model` (compiled, built) on (x, y): devices, ranks, per-rank batch,
     learning rate, predicted time and energy, and the alternatives. probe=False skips the engine probe."""
-    from .recommend.features import model_features
+    from .recommend.features import model_features, optimizer_facts
     from .recommend.planner import Workload
 
     current = session()
-    optimizer = model.optimizer
-    lr = getattr(optimizer, "learning_rate", None)
-    slots = round(max(0, len(optimizer.variables) - 2) / max(1, len(model.trainable_variables))) \
-        if optimizer is not None and optimizer.built else 2
-    workload = Workload(model_features(model).as_dict(), len(x), epochs, batch_size,
-                        float(lr.numpy()) if hasattr(lr, "numpy") else None, slots)
+    learning_rate, slots = optimizer_facts(model)
+    workload = Workload(model_features(model).as_dict(), len(x), epochs, batch_size, learning_rate, slots)
     measured = current.advisor.probe_model(model, x, y, batch_size) if probe else None
     return current.advisor.recommend(workload, _seconds(deadline), probe=measured)
 

@@ -392,8 +392,7 @@ class Launcher(Configurable):
         if status == "failed":
             root = _root_failure(outcomes, failed_order)
             first = outcomes[root]
-            others = {r: f"{o['ename']}: {o['evalue']}".strip().splitlines()[0]
-                      for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
+            others = {r: _error_line(o) for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
             others.update({r: "finished normally" for r, o in enumerate(outcomes) if o and o["ok"]})
             job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
             after = f" (after {len(job.restarts)} restarts)" if job.restarts else ""
@@ -469,6 +468,11 @@ def _root_failure(outcomes, failed_order):
     return next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
 
 
+def _error_line(outcome) -> str:
+    """'Name: message', first line only, of a failed rank's outcome."""
+    return f"{outcome['ename']}: {outcome['evalue']}".strip().splitlines()[0]
+
+
 def _failure_summary(status, outcomes, redact) -> str:
     """One line on why an attempt failed, for the restart message."""
     status, failed_order, stalls = status
@@ -476,8 +480,7 @@ def _failure_summary(status, outcomes, redact) -> str:
         return redact(f"the job stalled ({describe_stall(stalls, outcomes)})")
     root = _root_failure(outcomes, failed_order)
     first = outcomes[root]
-    text = f"{first['ename']}: {first['evalue']}".strip().splitlines()[0]
-    return redact(f"rank {root} failed ({text})")
+    return redact(f"rank {root} failed ({_error_line(first)})")
 
 
 def describe_stall(stalls, outcomes) -> str:

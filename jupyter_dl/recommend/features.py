@@ -121,6 +121,17 @@ def model_features(model) -> ModelFeatures:
                          layers=len(layers), kinds=kinds, flops_by_group=groups, sequential_steps=int(steps))
 
 
+def optimizer_facts(model):
+    """(constant learning rate or None, optimizer state values per weight) of a compiled model: Adam keeps 2, SGD
+    with momentum 1, from the variables beyond its iteration count and rate; 2 before the optimizer is built."""
+    optimizer = model.optimizer
+    rate = getattr(optimizer, "learning_rate", None)
+    learning_rate = float(rate.numpy()) if hasattr(rate, "numpy") else None
+    if optimizer is None or not optimizer.built:
+        return learning_rate, 2
+    return learning_rate, round(max(0, len(optimizer.variables) - 2) / max(1, len(model.trainable_variables)))
+
+
 def _hidden_elements(layer) -> int:
     """Elements a layer keeps for its backward pass beyond its output: attention's score matrices."""
     if type(layer).__name__ != "MultiHeadAttention":

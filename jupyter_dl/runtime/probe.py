@@ -42,7 +42,7 @@ def _peak_since(gpu, baseline):
 
 
 def profile(model, x, y, batch_sizes=(16, 64, 256), steps=10):
-    """[{batch_size, step_s (median of `steps` after a warm-up step), peak_bytes}] and the device kind."""
+    """[{batch_size, step_s (median of `steps` after two warm-up steps), peak_bytes}] and the device kind."""
     kind = device_kind()
     gpu = kind != "cpu"
     rows = []
@@ -73,7 +73,7 @@ class ProbeDone(Exception):
 def probe_fit(model, x, y, kwargs, multipliers=(1, 2, 4)):
     """What the recommender needs from a cell's `fit`: model features, the training set's size, epochs, batch size,
     learning rate, and step times at multiples of the cell's batch size on this engine's device."""
-    from ..recommend.features import model_features
+    from ..recommend.features import model_features, optimizer_facts
     from .sharding import _is_array_like, _length
 
     if not _is_array_like(x) or y is None:
@@ -81,12 +81,9 @@ def probe_fit(model, x, y, kwargs, multipliers=(1, 2, 4)):
     batch = kwargs.get("batch_size") or 32
     if not model.built:
         model(x[:1])
-    optimizer = model.optimizer
-    lr = optimizer.learning_rate
-    learning_rate = float(lr.numpy()) if hasattr(lr, "numpy") else None
+    learning_rate = optimizer_facts(model)[0]  # read before the profile's steps touch the optimizer
     measured = profile(model, x, y, [batch * m for m in multipliers])
-    # Optimizer state per weight (Adam 2, SGD with momentum 1), from the variables beyond iterations and the rate.
-    slots = round(max(0, len(optimizer.variables) - 2) / max(1, len(model.trainable_variables)))
+    slots = optimizer_facts(model)[1]  # the profile's steps built the optimizer
     raise ProbeDone({"features": model_features(model).as_dict(), "samples": int(_length(x)),
                      "epochs": int(kwargs.get("epochs") or 1), "batch_size": int(batch),
                      "learning_rate": learning_rate, "optimizer_slots": slots, **measured})
