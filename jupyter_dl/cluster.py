@@ -27,7 +27,18 @@ class ClusterManager(Configurable):
     profile = Unicode(
         "default", help="IPython profile for clusters started here (connect can name another)."
     ).tag(config=True)
-    start_timeout = Float(120.0, help="Seconds to wait for engines to register when starting them.").tag(config=True)
+    engines = Unicode(
+        "local", help="How clusters started here start their engines: 'local' (processes on this host, one per GPU "
+                      "where there are GPUs), or one of ipyparallel's launchers for a scheduler or other hosts "
+                      "('slurm', 'mpi', 'ssh', 'pbs', 'sge', 'lsf', ...), configured with ipyparallel's own traits "
+                      "(e.g. c.SlurmEngineSetLauncher.timelimit). A scheduler starts each engine set as one job, "
+                      "so all of a job's engines are allocated at once."
+    ).tag(config=True)
+    start_timeout = Float(120.0, help="Seconds to wait for engines to register once they run.").tag(config=True)
+    queue_timeout = Float(
+        0.0, help="Seconds to wait for a scheduler (Slurm, PBS, ...) to allocate the engines; 0 waits as long as it "
+                  "takes (interrupting the kernel gives up and cancels the request)."
+    ).tag(config=True)
     engine_environment = Dict(
         QUIET_TF, help="Extra environment for engines started here (TensorFlow's C++ logging is quiet by default)."
     ).tag(config=True)
@@ -40,47 +51,65 @@ class ClusterManager(Configurable):
         self._engine_info = {}  # engine id -> {"hostname", "pid"}
         self._dead = set()      # engine ids we killed; ipyparallel may list them until it notices
         self._expected = 0      # engines we started and did not kill (some may still be registering)
+        self.devices = []       # GPUs the engines started here are pinned to, one engine each
+        self._launcher = "local"
+        self._engine_sets = []  # ipyparallel engine set ids, newest last
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
         return self.default_engines or len(gpus.discover()) or 2
 
-    def start(self, n=None, gpu_spec="all"):
-        """Start the embedded local cluster: one engine per rank, each pinned to one GPU where GPUs exist."""
+    def start(self, n=None, gpu_spec="all", engines=None):
+        """Start a cluster of our own: local engines, one per rank, each pinned to one GPU where GPUs exist; or
+        engines from a scheduler through ipyparallel's launcher of that name."""
         import ipyparallel as ipp
 
         self._require_none_in_use()
-        devices = gpus.select(gpu_spec)
+        engines = engines or self.engines
+        devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
         n = n or (len(devices) if devices else self.default_size())
         if n < 1:
             raise UsageError(f"-n must be at least 1 (got {n})")
         if devices and n > len(devices):
             raise UsageError(f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); "
                              f"lower -n or widen --gpus")
-        cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}",
-                              log_level=40)
-        cluster.start_controller_sync()
-        self.cluster, self.owned = cluster, True
         try:
-            self._start_engines(n, devices)
+            cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}",
+                                  engines=engines, log_level=40)
+        except Exception as exc:  # traitlets refuses an unknown launcher name
+            raise UsageError(f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge "
+                             f"or lsf") from None
+        cluster.start_controller_sync()
+        self.cluster, self.owned, self._launcher = cluster, True, engines
+        try:
+            self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
-            self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
+            self._wait_for(n)
         except BaseException:
-            self.stop()
+            self.stop()  # also withdraws the scheduler request
             raise
         return self.status()
 
     def _start_engines(self, n, devices=()):
         self._expected += n
+        if self._launcher != "local":
+            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(self.engine_environment)))
+            return
         # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
         if devices:
-            for dev in devices[:n]:
+            for dev in devices:
                 # Memory growth on: TensorFlow would otherwise take the whole GPU at its first op.
                 env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": str(dev), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-                self.cluster.start_engines_sync(1, environment=env)
+                self._engine_sets.append(self.cluster.start_engines_sync(1, environment=env))
+                self.devices.append(dev)
         else:
             env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": ""} if gpus.discover() else self.engine_environment
-            self.cluster.start_engines_sync(n, environment=dict(env))
+            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(env)))
+
+    @property
+    def local(self) -> bool:
+        """Whether jobs run on this host's engines started here (or will: the embedded cluster starts on demand)."""
+        return self.client is None or (self.owned and self._launcher == "local")
 
     def connect(self, profile=None, cluster_id=None):
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
@@ -124,6 +153,8 @@ class ClusterManager(Configurable):
         self._engine_info.clear()
         self._dead.clear()
         self._expected = 0
+        self.devices = []
+        self._engine_sets = []
         if client is not None:
             client.close()
         if cluster is not None and owned:
@@ -137,15 +168,17 @@ class ClusterManager(Configurable):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""
         if self.client is None:
             status = self.start(n=max(n, self.default_size()))
-            print(f"[jupyter-dl] started a local cluster: {status['engines']} engines "
-                  f"({'GPUs ' + str(status['gpus']) if status['gpus'] else 'CPU'}); %dl_cluster stop ends it",
+            where = ("a local cluster" if self._launcher == "local"
+                     else f"a cluster with engines from {self._launcher}")
+            devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
+            print(f"[jupyter-dl] started {where}: {status['engines']} engines ({devices}); %dl_cluster stop ends it",
                   file=sys.stderr)
         have = len(self.engine_ids())
         if have < n:
             if not self.owned:
                 raise UsageError(f"{n} ranks requested but the connected cluster has {have} engines; "
                                  f"use -n {have} or add engines to the cluster")
-            if gpus.discover() and n > self._expected:
+            if self._launcher == "local" and gpus.discover() and n > self._expected:
                 raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n "
                                  f"{self._expected}")
             if n > self._expected:
@@ -154,12 +187,42 @@ class ClusterManager(Configurable):
         return self.client
 
     def _wait_for(self, n):
-        deadline = time.monotonic() + self.start_timeout
+        """Until n engines are registered. A scheduler's queue may hold them first: that wait is shown, and
+        bounded by queue_timeout; start_timeout counts from when the scheduler runs them."""
+        queued_since = running_since = checked = time.monotonic()
+        pending = self._scheduler_pending()
+        shown = ""
         while len(self.engine_ids()) < n:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - checked >= 1.0:
+                pending, checked = self._scheduler_pending(), now
+            if pending:
+                running_since = now
+                if pending != shown:
+                    shown = pending
+                    print(f"[jupyter-dl] waiting for {self._launcher} to allocate {n} engines at once ({pending}); "
+                          f"interrupt the kernel to give up", file=sys.stderr, flush=True)
+                if self.queue_timeout and now - queued_since > self.queue_timeout:
+                    raise TimeoutError(f"{self._launcher} did not allocate {n} engines within "
+                                       f"{self.queue_timeout:.0f}s ({pending})")
+            elif now - running_since > self.start_timeout:
                 raise TimeoutError(f"only {len(self.engine_ids())} of {n} engines registered "
                                    f"within {self.start_timeout:.0f}s")
             time.sleep(0.1)
+
+    def _scheduler_pending(self) -> str:
+        """'job 12 PENDING (Resources)' while Slurm holds the newest engine job in its queue, else ''."""
+        import shutil
+        import subprocess
+
+        if self._launcher != "slurm" or not self._engine_sets or not shutil.which("squeue"):
+            return ""
+        job_id = getattr(self.cluster.engines.get(self._engine_sets[-1]), "job_id", "")
+        if not job_id:
+            return ""
+        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True,
+                             timeout=30).stdout.split()
+        return f"Slurm job {job_id} {out[0]} ({out[1]})" if out and out[0] == "PENDING" else ""
 
     def describe(self, ids):
         """Hostname and pid of each engine (asked once per engine)."""
@@ -185,20 +248,35 @@ class ClusterManager(Configurable):
         ids = [i for i in ids if i not in self._dead]
         if not ids:
             return
+        lost_gpus = [self._engine_info.get(i, {}).get("gpu") for i in ids]
         self._dead.update(ids)
         self._expected -= len(ids)
         for i in ids:
             self._engine_info.pop(i, None)
         if self.owned and self.cluster is not None:
             # Replacements start now and register while the notebook goes on; the next job waits for them.
-            self._start_engines(len(ids))
+            # Each replaces the dead engine on its GPU, so the cluster keeps one engine per GPU.
+            self._start_engines(len(ids), self._gpus_to_refill(lost_gpus))
+
+    def _gpus_to_refill(self, lost_gpus):
+        if not self.devices:
+            return []
+        if all(g is not None for g in lost_gpus):
+            found = [int(g) for g in lost_gpus]
+        else:  # an engine that died before it described itself: the GPUs no live engine is known to hold
+            held = {int(info["gpu"]) for info in self._engine_info.values() if info.get("gpu")}
+            found = [g for g in self.devices if g not in held][: len(lost_gpus)]
+        for gpu in found:
+            self.devices.remove(gpu)  # _start_engines adds it back
+        return found
 
     # ------------------------------------------------------------------------------------------- status
     def status(self) -> dict:
         if self.client is None:
             return {"running": False}
         ids = self.engine_ids()
-        hosts = sorted({info["hostname"] for info in self.describe(ids)}) if ids else []
+        described = self.describe(ids) if ids else []
+        hosts = sorted({info["hostname"] for info in described})
         return {
             "running": True,
             "owned": self.owned,
@@ -207,7 +285,8 @@ class ClusterManager(Configurable):
             "engines": len(ids),
             "engine_ids": ids,
             "hosts": hosts,
-            "gpus": gpus.discover(),
+            "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}),  # what engines are pinned to
+            "launcher": self._launcher if self.owned else None,
         }
 
     def all_local(self, ids) -> bool:

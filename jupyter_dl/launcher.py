@@ -4,12 +4,14 @@ Order matters: everything that can fail on bad input (syntax, unsendable variabl
 any engine is started or touched. A failing rank leaves Horovod, which unblocks its peers; peers that are still
 stuck after a grace period (native code does not see signals) are killed and replaced, so the next cell works.
 """
+import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 
-from traitlets import Float, Integer, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from . import cell as cellmod
@@ -29,6 +31,7 @@ from .live.collector import MetricsCollector
 from .live.state import TrainingState
 from .options import RunOptions
 from .output import OutputRelay
+from .pool.local import LocalPool
 
 
 @dataclass
@@ -85,7 +88,12 @@ class Launcher(Configurable):
     pool_url = Unicode(
         "", help="URL of a jupyter-dl-pool service (e.g. https://hub/services/jupyter-dl-pool/): each job first gets "
                  "its GPUs from it, all at once, and gives them back when it ends. Empty: $JUPYTER_DL_POOL_URL, and "
-                 "without that, no pool (the cluster's engines are used as they are)."
+                 "without that, the embedded pool (see use_local_pool)."
+    ).tag(config=True)
+    use_local_pool = Bool(
+        True, help="Without a pool service, jobs on this host's own engines take their GPUs from the embedded pool "
+                   "that this user's kernels share (one job per GPU at a time, all of a job's GPUs at once). Off: "
+                   "jobs use the engines' GPUs regardless of other notebooks. No effect on a host without GPUs."
     ).tag(config=True)
     poll_interval = Float(0.05, help="Seconds between polls for rank output, metrics and completion."
                           ).tag(config=True)
@@ -99,6 +107,7 @@ class Launcher(Configurable):
         super().__init__(**kwargs)
         self.cluster = cluster
         self.registry = registry or JobRegistry()
+        self.local_pool = LocalPool(parent=self)
         self._backend_checked = False
 
     # -------------------------------------------------------------------------------------------------- run
@@ -166,18 +175,38 @@ class Launcher(Configurable):
             self._restarting(job, state, attempt, options, _failure_summary(status, outcomes, redact), stderr)
 
     def _pool_lease(self, job, n, stderr):
-        """The job's GPUs from the pool service when one is configured (one per rank), else nothing to hold."""
+        """The job's GPUs, one per rank: from the pool service when one is configured, else from the embedded pool
+        when the job runs on this host's GPU engines; else nothing to hold."""
         import contextlib
-        import os
 
-        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
-        if not url:
-            return contextlib.nullcontext()
-        from .pool.client import PoolClient
         from .pool.lease import PoolLease
 
-        owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
-        return PoolLease(PoolClient(url), n, job, owner, stderr)
+        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
+        if url:
+            from .pool.client import PoolClient
+
+            owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
+            return PoolLease(PoolClient(url), n, job, owner, stderr)
+        if self.use_local_pool and self.cluster.local and self.local_pool.active:
+            host = socket.gethostname()
+            allowed = [(host, gpu) for gpu in self.cluster.devices]  # the GPUs this kernel's engines hold
+            return PoolLease(self.local_pool, n, job, self.local_pool.owner, stderr, allowed=allowed)
+        return contextlib.nullcontext()
+
+    def pool_status(self) -> str:
+        """One line on the GPU pool jobs started here use, or '' when none."""
+        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
+        if url:
+            from .pool.client import PoolClient
+
+            pool, kind = PoolClient(url), f"service {url}"
+        elif self.use_local_pool and self.local_pool.active:
+            pool, kind = self.local_pool, f"embedded ({self.local_pool.path()})"
+        else:
+            return ""
+        summary = pool.summary()
+        return (f"GPU pool, {kind}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
+                f"job{'s' if summary['queued'] != 1 else ''} queued")
 
     def _restarting(self, job, state, attempt, options, reason, stderr):
         """Record a restart where the notebook, the job store and the live plot will show it."""
@@ -559,8 +588,6 @@ def _dumps_callable(obj, fn):
 
 def _kernel_identity():
     """The notebook and kernel this job runs from, when it runs in a Jupyter kernel (for the jobs panel)."""
-    import os
-
     identity = {"notebook": os.environ.get("JPY_SESSION_NAME") or None, "kernel_id": None}
     try:
         from ipykernel.connect import get_connection_file

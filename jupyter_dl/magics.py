@@ -17,6 +17,8 @@ def _cluster_parser():
     start = sub.add_parser("start", add_help=False)
     start.add_argument("-n", type=_positive_int, default=None)
     start.add_argument("--gpus", default="all")
+    start.add_argument("--engines", default=None, metavar="LAUNCHER",
+                       help="local (default), or an ipyparallel launcher such as slurm, mpi, ssh")
     connect = sub.add_parser("connect", add_help=False)
     connect.add_argument("--profile", default=None)
     connect.add_argument("--cluster-id", dest="cluster_id", default=None)
@@ -104,18 +106,21 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_cluster(self, line):
-        """%dl_cluster start [-n N] [--gpus all|0,1] | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
+        """%dl_cluster start [-n N] [--gpus all|0,1] [--engines local|slurm|mpi|ssh|...] | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
         try:
             args = _cluster_parser().parse_args(shlex.split(line))
             cluster = self.session.cluster
             if args.action == "start":
-                print(format_status(cluster.start(args.n, args.gpus)))
+                print(format_status(cluster.start(args.n, args.gpus, args.engines)))
             elif args.action == "connect" and args.cluster_file:
                 print(format_status(cluster.connect_file(args.cluster_file)))
             elif args.action == "connect":
                 print(format_status(cluster.connect(args.profile, args.cluster_id)))
             elif args.action == "status":
                 print(format_status(cluster.status()))
+                pool = self.session.launcher.pool_status()
+                if pool:
+                    print(pool)
             else:
                 cluster.stop()
                 print("cluster stopped")

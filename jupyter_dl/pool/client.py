@@ -1,13 +1,13 @@
 """Kernel side: talk to the `jupyter-dl-pool` service with the user's hub token (`requests`)."""
 import os
-import time
 
 import requests
 
+from .access import PoolAccess
 from .gang import PoolError
 
 
-class PoolClient:
+class PoolClient(PoolAccess):
     def __init__(self, url=None, token=None, timeout=10.0):
         # In a hub-spawned server the token is the server's own; the URL is the service's public one.
         self.url = (url or os.environ.get("JUPYTER_DL_POOL_URL", "")).rstrip("/") + "/"
@@ -27,8 +27,9 @@ class PoolClient:
             raise PoolError(f"pool: {data.get('message') or response.reason} (HTTP {response.status_code})")
         return data
 
-    def submit(self, gpus, job="", owner=""):
-        return self._call("POST", "api/tickets", {"gpus": gpus, "job": job, "owner": owner})
+    def submit(self, gpus, job="", owner="", allowed=()):
+        return self._call("POST", "api/tickets", {"gpus": gpus, "job": job, "owner": owner,
+                                                  "allowed": [list(d) for d in allowed]})
 
     def ticket(self, ticket_id):
         return self._call("GET", f"api/tickets/{ticket_id}")
@@ -44,21 +45,3 @@ class PoolClient:
 
     def summary(self):
         return self._call("GET", "api/pool")
-
-    def wait_granted(self, ticket_id, owner="", on_wait=None, poll=1.0, timeout=None):
-        """Block until the ticket is granted (heartbeating meanwhile); on_wait(ticket) is called on each poll."""
-        end = time.monotonic() + timeout if timeout else None
-        while True:
-            ticket = self.ticket(ticket_id)
-            if ticket["state"] == "granted":
-                return ticket
-            if ticket["state"] != "queued":
-                raise PoolError(f"pool: ticket {ticket_id} ended while queued ({ticket['state']})")
-            if on_wait is not None:
-                on_wait(ticket)
-            if end is not None and time.monotonic() > end:
-                raise PoolError(f"pool: still queued after {timeout:.0f}s (position {ticket['position']}): "
-                                f"{ticket['reason']}")
-            if owner:
-                self.heartbeat(owner)
-            time.sleep(poll)

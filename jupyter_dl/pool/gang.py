@@ -10,7 +10,6 @@ service, and in bench/pool_trace.py's simulation:
   or the whole pool, is refused at once with what to do; one that only has to wait says why and where it stands.
 - A lease lives while its owner (a kernel) sends heartbeats; when they stop for `lease_ttl` seconds the GPUs return.
 """
-import itertools
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -38,6 +37,8 @@ class Ticket:
     devices: list = field(default_factory=list)   # [(host, gpu index)] while granted
     reason: str = ""                     # why it waits
     last_seen: float = 0.0
+    allowed: list = field(default_factory=list)   # [(host, gpu index)] it may be placed on; empty: any
+
 
     def as_dict(self):
         return asdict(self)
@@ -53,7 +54,7 @@ class UnknownTicket(PoolError):
 
 class GangPool:
     def __init__(self, inventory: dict, quotas: dict | None = None, default_quota: Quota | None = None,
-                 lease_ttl=60.0, reserve_after=3600.0, clock=time.monotonic):
+                 lease_ttl=60.0, reserve_after=3600.0, clock=time.monotonic, first_id=1):
         self.inventory = {host: list(gpus) for host, gpus in inventory.items()}
         self.quotas = dict(quotas or {})
         self.default_quota = default_quota or Quota()
@@ -62,7 +63,7 @@ class GangPool:
         self.clock = clock
         self.tickets = {}
         self._free = {host: list(gpus) for host, gpus in self.inventory.items()}
-        self._ids = itertools.count(1)
+        self._next_id = first_id
 
     # ------------------------------------------------------------------------------------------- requests
     @property
@@ -72,18 +73,23 @@ class GangPool:
     def quota(self, user) -> Quota:
         return self.quotas.get(user, self.default_quota)
 
-    def submit(self, user, gpus, priority=0, job="", owner="") -> Ticket:
-        """Queue a request for `gpus` GPUs and grant what can be granted now. Refuses impossible requests."""
+    def submit(self, user, gpus, priority=0, job="", owner="", allowed=()) -> Ticket:
+        """Queue a request for `gpus` GPUs (only among `allowed` ones when given: the GPUs a kernel's engines are
+        pinned to) and grant what can be granted now. Refuses impossible requests."""
+        allowed = [tuple(d) for d in allowed]
+        size = len(allowed) if allowed else self.size
         if gpus < 1:
             raise PoolError(f"a job needs at least 1 GPU (asked for {gpus})")
-        if gpus > self.size:
-            raise PoolError(f"asked for {gpus} GPUs; the pool has {self.size} in all: ask for at most {self.size}")
+        if gpus > size:
+            raise PoolError(f"asked for {gpus} GPUs; the pool has {size} in all"
+                            f"{' for this cluster' if allowed else ''}: ask for at most {size}")
         quota = self.quota(user)
         if quota.max_gpus is not None and gpus > quota.max_gpus:
             raise PoolError(f"asked for {gpus} GPUs; {user}'s quota is {quota.max_gpus} at once: ask for at most "
                             f"{quota.max_gpus}, or ask an admin to raise the quota")
         now = self.clock()
-        ticket = Ticket(f"t{next(self._ids)}", user, gpus, priority, job, owner, submitted=now, last_seen=now)
+        ticket_id, self._next_id = f"t{self._next_id}", self._next_id + 1
+        ticket = Ticket(ticket_id, user, gpus, priority, job, owner, submitted=now, last_seen=now, allowed=allowed)
         self.tickets[ticket.id] = ticket
         self.schedule()
         return ticket
@@ -109,6 +115,15 @@ class GangPool:
         for ticket in self.tickets.values():
             if ticket.owner == owner and ticket.state in ("queued", "granted"):
                 ticket.last_seen = now
+
+    def drop_owner(self, owner, state="expired"):
+        """End every open ticket of an owner known to be gone (a kernel whose process has exited)."""
+        dropped = [t for t in self.tickets.values() if t.owner == owner and t.state in ("queued", "granted")]
+        for ticket in dropped:
+            self._end(ticket, state)
+        if dropped:
+            self.schedule()
+        return dropped
 
     def expire(self):
         """End the tickets whose owner stopped sending heartbeats (its kernel died): nothing leaks."""
@@ -148,9 +163,9 @@ class GangPool:
             if reserved:
                 ticket.reason = "waiting: GPUs are kept for an earlier job that has waited long"
                 continue
-            devices = self._place(ticket.gpus)
+            devices = self._place(ticket.gpus, ticket.allowed)
             if devices is None:
-                free = self.free_count()
+                free = self.free_count(ticket.allowed)
                 ticket.reason = f"waiting for {ticket.gpus} GPUs to be free at once ({free} free now)"
                 if now - ticket.submitted >= self.reserve_after:
                     reserved = True  # no more backfill: the next GPUs freed are this job's
@@ -159,8 +174,15 @@ class GangPool:
             granted.append(ticket)
         return granted
 
-    def free_count(self):
-        return sum(len(g) for g in self._free.values())
+    def free_count(self, allowed=()):
+        return sum(len(g) for g in self._usable(allowed).values())
+
+    def _usable(self, allowed=()):
+        """Free GPUs by host, limited to `allowed` ones when given."""
+        if not allowed:
+            return self._free
+        allowed = {tuple(d) for d in allowed}
+        return {host: [g for g in free if (host, g) in allowed] for host, free in self._free.items()}
 
     def _quota_block(self, ticket):
         quota = self.quota(ticket.user)
@@ -173,18 +195,19 @@ class GangPool:
                     f"when {held + ticket.gpus - quota.max_gpus} are released")
         return ""
 
-    def _place(self, count):
+    def _place(self, count, allowed=()):
         """GPUs for a gang: on one host when one has room (the fullest such host, to keep big holes free), else
         across the hosts with most free; None when fewer than `count` are free."""
-        if self.free_count() < count:
+        usable = self._usable(allowed)
+        if sum(len(g) for g in usable.values()) < count:
             return None
-        fitting = [h for h, free in self._free.items() if len(free) >= count]
+        fitting = [h for h, free in usable.items() if len(free) >= count]
         if fitting:
-            host = min(fitting, key=lambda h: (len(self._free[h]), h))
-            return [(host, g) for g in self._free[host][:count]]
+            host = min(fitting, key=lambda h: (len(usable[h]), h))
+            return [(host, g) for g in usable[host][:count]]
         devices = []
-        for host in sorted(self._free, key=lambda h: -len(self._free[h])):
-            take = self._free[host][: count - len(devices)]
+        for host in sorted(usable, key=lambda h: -len(usable[h])):
+            take = usable[host][: count - len(devices)]
             devices += [(host, g) for g in take]
             if len(devices) == count:
                 return devices
@@ -205,6 +228,26 @@ class GangPool:
         ticket.devices = []
         ticket.state = state
         ticket.ended = self.clock()
+
+    # ------------------------------------------------------------------------------------------- persisting
+    def dump(self, keep_ended=200) -> dict:
+        """The pool's state as JSON-able data (open tickets, and the latest ended ones for the record)."""
+        open_ = [t for t in self.tickets.values() if t.state in ("queued", "granted")]
+        ended = sorted((t for t in self.tickets.values() if t not in open_), key=lambda t: t.ended or 0)
+        return {"next_id": self._next_id, "tickets": [t.as_dict() for t in open_ + ended[-keep_ended:]]}
+
+    @classmethod
+    def load(cls, inventory: dict, state: dict, **kwargs):
+        """A pool over `inventory` continuing from `dump()`'s data; GPUs held by granted tickets are not free."""
+        pool = cls(inventory, first_id=state.get("next_id", 1), **kwargs)
+        for data in state.get("tickets", []):
+            ticket = Ticket(**{**data, "devices": [tuple(d) for d in data.get("devices", [])],
+                               "allowed": [tuple(d) for d in data.get("allowed", [])]})
+            pool.tickets[ticket.id] = ticket
+            for host, gpu in ticket.devices:
+                if gpu in pool._free.get(host, []):
+                    pool._free[host].remove(gpu)
+        return pool
 
     # -------------------------------------------------------------------------------------------- access
     def owned(self, ticket_id, user, admin=False):

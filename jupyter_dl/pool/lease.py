@@ -1,4 +1,4 @@
-"""Kernel side: hold a job's GPUs from the pool service for as long as the job runs.
+"""Kernel side: hold a job's GPUs from a pool (the hub service or the embedded one) for as long as the job runs.
 
 Asks for the job's GPUs at once, waits in the queue (the job is `queued`, with its place and why, for the cell, the
 job store and the panel), keeps the lease alive with heartbeats while the job runs (a kernel that dies stops them,
@@ -7,12 +7,13 @@ and the pool takes the GPUs back), and releases them when the job ends however i
 import sys
 import threading
 
-from .client import PoolClient
+from .access import PoolAccess
 
 
 class PoolLease:
-    def __init__(self, client: PoolClient, gpus: int, job, owner: str, stderr=None, heartbeat_s=10.0, poll_s=1.0):
-        self.client, self.gpus, self.job, self.owner = client, gpus, job, owner
+    def __init__(self, client: PoolAccess, gpus: int, job, owner: str, stderr=None, heartbeat_s=10.0, poll_s=1.0,
+                 allowed=()):
+        self.client, self.gpus, self.job, self.owner, self.allowed = client, gpus, job, owner, list(allowed)
         self.stderr = stderr or sys.stderr
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
         self.ticket = None
@@ -21,7 +22,7 @@ class PoolLease:
         self._shown = None
 
     def __enter__(self):
-        self.ticket = self.client.submit(self.gpus, job=self.job.name, owner=self.owner)
+        self.ticket = self.client.submit(self.gpus, job=self.job.name, owner=self.owner, allowed=self.allowed)
         try:
             if self.ticket["state"] != "granted":
                 self.job.transition("queued")

@@ -74,8 +74,12 @@ class TicketsHandler(PoolHandler):
         gpus = body.get("gpus")
         if not isinstance(gpus, int):
             raise web.HTTPError(400, "gpus must be a whole number")
+        allowed = body.get("allowed") or []
+        if not all(isinstance(d, list) and len(d) == 2 and isinstance(d[1], int) for d in allowed):
+            raise web.HTTPError(400, "allowed must be a list of [host, gpu index] pairs")
         ticket = self.pool.submit(self.user, gpus, priority=self.priorities.get(self.user, 0),
-                                  job=str(body.get("job", "")), owner=str(body.get("owner", "")))
+                                  job=str(body.get("job", "")), owner=str(body.get("owner", "")),
+                                  allowed=[(str(host), gpu) for host, gpu in allowed])
         self.reply(self.ticket_json(ticket), 201)
 
 

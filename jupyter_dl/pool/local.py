@@ -1,0 +1,126 @@
+"""Kernel side: the embedded pool, the default for one user on one machine.
+
+Each of the user's kernels runs its own local cluster with one engine per GPU, so without a pool two notebooks'
+jobs would train on the same GPUs at once. The kernels share one small state file instead of a server: every
+request takes an exclusive lock on it, rebuilds the gang pool from it, ends the tickets of kernels that are gone
+(their process has exited: a dead kernel leaks nothing), applies the request and writes the state back. Same
+gang admission and queue as the hub service (`GangPool`), and the same calls as its client, so a job's lease
+holds GPUs from either. For several users on one host, run the `jupyter-dl-pool` service instead.
+"""
+import contextlib
+import fcntl
+import getpass
+import json
+import os
+import pathlib
+import socket
+import time
+
+import psutil
+from traitlets import Float, Integer, Unicode
+from traitlets.config import Configurable
+
+from .. import gpus
+from .access import PoolAccess
+from .gang import GangPool
+
+
+def _process_identity(pid=None) -> str:
+    """host:pid:start time; the start time tells a live kernel from a later process that reused its pid."""
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.2f}"
+
+
+def _alive(identity: str) -> bool:
+    host, _, rest = identity.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # not ours to judge
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.2f}" == started
+    except psutil.NoSuchProcess:
+        return False
+
+
+class LocalPool(Configurable, PoolAccess):
+    state_file = Unicode(
+        "", help="File the embedded pool's state lives in, shared by this user's kernels on this host. Empty: "
+                 "jupyter-dl-pool.json in Jupyter's runtime directory."
+    ).tag(config=True)
+    simulate_gpus = Integer(
+        0, help="Pretend this host has this many GPUs (demos and tests on machines without any): jobs are admitted "
+                "against them, while ranks still run on the CPU engines. 0: the GPUs nvidia-smi lists."
+    ).tag(config=True)
+    reserve_after = Float(
+        3600.0, help="Seconds a job may wait while smaller jobs start ahead of it; after that, freed GPUs are kept "
+                     "for it."
+    ).tag(config=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.user = getpass.getuser()
+        self.owner = _process_identity()
+
+    @property
+    def inventory(self) -> dict:
+        return {socket.gethostname(): list(range(self.simulate_gpus)) if self.simulate_gpus else gpus.discover()}
+
+    @property
+    def active(self) -> bool:
+        """A pool only matters where there are GPUs to share."""
+        return any(self.inventory.values())
+
+    def path(self) -> pathlib.Path:
+        if self.state_file:
+            return pathlib.Path(self.state_file).expanduser()
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        return pathlib.Path(jupyter_runtime_dir()) / "jupyter-dl-pool.json"
+
+    @contextlib.contextmanager
+    def _locked(self):
+        path = self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # held until the file closes, after the write below
+            handle.seek(0)
+            text = handle.read()
+            pool = GangPool.load(self.inventory, json.loads(text) if text.strip() else {},
+                                 reserve_after=self.reserve_after, clock=time.time)
+            for owner in {t.owner for t in pool.tickets.values() if t.state in ("queued", "granted")}:
+                if not _alive(owner):
+                    pool.drop_owner(owner)
+            yield pool
+            handle.seek(0)
+            handle.truncate()
+            json.dump(pool.dump(), handle)
+
+    @staticmethod
+    def _json(pool, ticket):
+        """The ticket exactly as the service's client would see it (JSON: devices are lists)."""
+        return json.loads(json.dumps({**ticket.as_dict(), "position": pool.position(ticket.id)}))
+
+    # The same calls as PoolClient. The owner is always this process: liveness is judged by it, not by heartbeats.
+    def submit(self, gpus, job="", owner="", allowed=()):
+        with self._locked() as pool:
+            return self._json(pool, pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed))
+
+    def ticket(self, ticket_id):
+        with self._locked() as pool:
+            pool.schedule()
+            return self._json(pool, pool.owned(ticket_id, self.user))
+
+    def tickets(self):
+        with self._locked() as pool:
+            return [self._json(pool, t) for t in pool.visible(self.user)]
+
+    def release(self, ticket_id):
+        with self._locked() as pool:
+            return self._json(pool, pool.release(ticket_id, self.user))
+
+    def heartbeat(self, owner=""):
+        return {"ok": True}
+
+    def summary(self):
+        with self._locked() as pool:
+            return {"gpus": pool.size, "free": pool.free_count(), "queued": len(pool.queue())}
