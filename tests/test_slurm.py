@@ -126,3 +126,51 @@ def test_engines_started_by_slurm_run_a_horovod_job(slurm, tmp_path):
     while subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline, "the engines' Slurm job outlived the cluster"
         time.sleep(0.5)
+
+
+def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queue(slurm, capsys):
+    """`%dl_cluster start --engines slurm`: while another Slurm job holds the node, the engines' job pends as a
+    whole (no engine starts alone) and the kernel says so; once Slurm allocates it, a Horovod job runs on the
+    engines; stopping the cluster ends the Slurm job."""
+    import threading
+
+    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(os.cpu_count()), "--wrap", "sleep 600"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    session = Session()
+    session.cluster.profile = f"jdl-slurm-{uuid.uuid4().hex[:6]}"
+    started = {}
+    try:
+        _wait_squeue(lambda jobs: jobs.get(blocker, ("",))[0] == "RUNNING", "the blocking job never ran")
+        starter = threading.Thread(target=lambda: started.update(status=session.cluster.start(2, engines="slurm")))
+        starter.start()
+        pending = _wait_squeue(lambda jobs: any(j != blocker and s == ("PENDING", "Resources")
+                                                for j, s in jobs.items()), "the engines' job never pended")
+        time.sleep(2)  # the kernel polls the queue once a second
+        assert session.cluster.engine_ids() == []  # all or nothing: no engine runs while the job pends
+        (engines_job,) = [j for j in pending if j != blocker]
+        assert (f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
+                in capsys.readouterr().err)
+        subprocess.run(["scancel", blocker], check=True)
+        starter.join(180)
+        assert started["status"]["engines"] == 2 and started["status"]["launcher"] == "slurm"
+        result = session.launcher.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
+        assert [r[:2] for r in result.results] == [(0, 2), (1, 2)]
+    finally:
+        subprocess.run(["scancel", blocker])
+        session.cluster.stop()
+        from IPython.paths import get_ipython_dir
+
+        shutil.rmtree(os.path.join(get_ipython_dir(), f"profile_{session.cluster.profile}"), ignore_errors=True)
+    _wait_squeue(lambda jobs: not jobs, "the engines' Slurm job outlived the cluster")
+
+
+def _wait_squeue(done, message, timeout=60):
+    """Poll squeue until done({job id: (state, reason)}) holds; returns that mapping."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout
+        jobs = {parts[0]: (parts[1], parts[2]) for parts in (line.split() for line in lines.splitlines()) if parts}
+        if done(jobs):
+            return jobs
+        assert time.monotonic() < deadline, f"{message}: {jobs}"
+        time.sleep(0.5)
