@@ -3,6 +3,7 @@
 We drive ipyparallel's own `Cluster` API, so any cluster it can start or connect to (local processes, MPI, Slurm,
 SSH, via profiles and cluster files) is usable unchanged. The embedded default is a local cluster started on demand.
 """
+import itertools
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ from traitlets.config import Configurable
 from . import gpus
 from .errors import UsageError
 
+_STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 
 
@@ -74,7 +76,7 @@ class ClusterManager(Configurable):
             raise UsageError(f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); "
                              f"lower -n or widen --gpus")
         try:
-            cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}",
+            cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
                                   engines=engines, log_level=40)
         except Exception as exc:  # traitlets refuses an unknown launcher name
             raise UsageError(f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge "
