@@ -116,6 +116,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
             assert time.monotonic() < deadline, "the other notebook's job never took the GPUs"
             time.sleep(0.1)
 
+        assert "0 of 2 GPUs free, 0 jobs queued" in dl_session.launcher.pool_status()
         outcome = {}
         runner = threading.Thread(target=lambda: outcome.update(
             starts=jupyter_dl.distribute(_start_time, n=2, all_ranks=True, name="mine-first")))
@@ -156,3 +157,11 @@ def _wait_queued(session, name, runner):
         time.sleep(0.05)
     job = next(j for j in session.jobs.all() if j.name == name)
     assert session.store.load(job.id).progress["queue_position"] == 1  # what the panel reads
+
+
+def test_cluster_status_shows_the_embedded_pool(shell, dl_session, pool_file, monkeypatch, capsys):
+    monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
+    monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    shell.run_cell("%dl_cluster status")
+    out = capsys.readouterr().out
+    assert f"GPU pool, embedded ({pool_file}): 2 of 2 GPUs free, 0 jobs queued" in out
