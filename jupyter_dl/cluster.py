@@ -223,8 +223,8 @@ class ClusterManager(Configurable):
         if not job_id:
             return ""
         out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True,
-                             timeout=30).stdout.split()
-        return f"Slurm job {job_id} {out[0]} ({out[1]})" if out and out[0] == "PENDING" else ""
+                             timeout=30).stdout.split(maxsplit=1)
+        return f"Slurm job {job_id} PENDING ({out[1].strip()})" if out and out[0] == "PENDING" else ""
 
     def describe(self, ids):
         """Hostname and pid of each engine (asked once per engine)."""

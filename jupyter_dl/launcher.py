@@ -188,6 +188,8 @@ class Launcher(Configurable):
             owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
             return PoolLease(PoolClient(url), n, job, owner, stderr)
         if self.use_local_pool and self.cluster.local and self.local_pool.active:
+            if self.cluster.client is None:
+                self.cluster.ensure(n)  # the engines first: a grant must be among the GPUs they are pinned to
             host = socket.gethostname()
             allowed = [(host, gpu) for gpu in self.cluster.devices]  # the GPUs this kernel's engines hold
             return PoolLease(self.local_pool, n, job, self.local_pool.owner, stderr, allowed=allowed)
