@@ -4,6 +4,7 @@ Order matters: everything that can fail on bad input (syntax, unsendable variabl
 any engine is started or touched. A failing rank leaves Horovod, which unblocks its peers; peers that are still
 stuck after a grace period (native code does not see signals) are killed and replaced, so the next cell works.
 """
+import contextlib
 import os
 import signal
 import socket
@@ -129,7 +130,7 @@ class Launcher(Configurable):
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
         try:
-            with self._pool_lease(job, n, stderr) as lease:
+            with self._pool_lease(job, n, stderr) if options.pooled else contextlib.nullcontext() as lease:
                 granted = lease["devices"] if lease else None
                 outcomes, ars, status, t_cluster, t_ship, shipped = self._attempts(
                     job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact,
@@ -174,40 +175,40 @@ class Launcher(Configurable):
             attempt += 1
             self._restarting(job, state, attempt, options, _failure_summary(status, outcomes, redact), stderr)
 
-    def _pool_lease(self, job, n, stderr):
-        """The job's GPUs, one per rank: from the pool service when one is configured, else from the embedded pool
-        when the job runs on this host's GPU engines; else nothing to hold."""
-        import contextlib
-
-        from .pool.lease import PoolLease
-
+    def active_pool(self):
+        """(pool, description) jobs started here take their GPUs from: the pool service when one is configured,
+        the embedded pool when jobs run on this host's own GPU engines, else (None, "")."""
         url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
         if url:
             from .pool.client import PoolClient
 
-            owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
-            return PoolLease(PoolClient(url), n, job, owner, stderr)
+            return PoolClient(url), f"service {url}"
         if self.use_local_pool and self.cluster.local and self.local_pool.active:
-            if self.cluster.client is None:
-                self.cluster.ensure(n)  # the engines first: a grant must be among the GPUs they are pinned to
-            host = socket.gethostname()
-            allowed = [(host, gpu) for gpu in self.cluster.devices]  # the GPUs this kernel's engines hold
-            return PoolLease(self.local_pool, n, job, self.local_pool.owner, stderr, allowed=allowed)
-        return contextlib.nullcontext()
+            return self.local_pool, f"embedded ({self.local_pool.path()})"
+        return None, ""
+
+    def _pool_lease(self, job, n, stderr):
+        """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool."""
+        from .pool.lease import PoolLease
+
+        pool, _ = self.active_pool()
+        if pool is None:
+            return contextlib.nullcontext()
+        if pool is not self.local_pool:
+            return PoolLease(pool, n, job, job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}", stderr)
+        if self.cluster.client is None:
+            self.cluster.ensure(n)  # the engines first: a grant must be among the GPUs they are pinned to
+        host = socket.gethostname()
+        allowed = [(host, gpu) for gpu in self.cluster.devices]  # the GPUs this kernel's engines hold
+        return PoolLease(pool, n, job, pool.owner, stderr, allowed=allowed)
 
     def pool_status(self) -> str:
         """One line on the GPU pool jobs started here use, or '' when none."""
-        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
-        if url:
-            from .pool.client import PoolClient
-
-            pool, kind = PoolClient(url), f"service {url}"
-        elif self.use_local_pool and self.local_pool.active:
-            pool, kind = self.local_pool, f"embedded ({self.local_pool.path()})"
-        else:
+        pool, description = self.active_pool()
+        if pool is None:
             return ""
         summary = pool.summary()
-        return (f"GPU pool, {kind}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
+        return (f"GPU pool, {description}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
                 f"job{'s' if summary['queued'] != 1 else ''} queued")
 
     def _restarting(self, job, state, attempt, options, reason, stderr):

@@ -34,6 +34,7 @@ class RunOptions:
     batch_size: int | None = None  # per-rank batch replacing the cell's
     lr_multiplier: float = 1.0    # learning-rate factor for that batch change
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
+    pooled: bool = True           # take the job's GPUs from the pool; off only for jupyter-dl's own brief measurements
 
     def validate(self):
         if self.n == "auto":

@@ -165,3 +165,14 @@ def test_cluster_status_shows_the_embedded_pool(shell, dl_session, pool_file, mo
     shell.run_cell("%dl_cluster status")
     out = capsys.readouterr().out
     assert f"GPU pool, embedded ({pool_file}): 2 of 2 GPUs free, 0 jobs queued" in out
+
+
+def test_recommendations_count_only_the_gpus_free_in_the_pool(dl_session, pool_file, monkeypatch):
+    """The recommender plans with what the pool can grant now; its own bandwidth probe does not queue for GPUs."""
+    monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
+    monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    monkeypatch.setattr(dl_session.advisor, "_interconnect", None)  # measured again, on both engines
+    other_job = LocalPool(simulate_gpus=2, state_file=pool_file).submit(1, job="other")
+    assert [(d.kind, d.free) for d in dl_session.advisor.devices()] == [("cpu", 1)]
+    LocalPool(simulate_gpus=2, state_file=pool_file).release(other_job["id"])
+    assert [(d.kind, d.free) for d in dl_session.advisor.devices()] == [("cpu", 2)]

@@ -85,8 +85,8 @@ class Advisor(Configurable):
 
     # ------------------------------------------------------------------------------------------- devices
     def devices(self):
-        """Device kinds available to this notebook, with how many are free. Without a pool (one user, one
-        machine) that is the cluster's engines, or the local cluster %%distribute would start."""
+        """Device kinds available to this notebook, with how many are free: the cluster's engines (or the local
+        cluster %%distribute would start), no more than the GPU pool has free now when jobs take GPUs from one."""
         cluster = self.session.cluster
         if cluster.client is not None and cluster.engine_ids():
             from ..runtime.probe import device_kind
@@ -98,6 +98,10 @@ class Advisor(Configurable):
 
             gpus = names()
             counts = {f"gpu:{n}": gpus.count(n) for n in sorted(set(gpus))} or {"cpu": cluster.default_size()}
+        pool, _ = self.session.launcher.active_pool()
+        free = pool.summary()["free"] if pool is not None else None
+        if free:  # with none free, a plan of any size waits its turn: the engines still bound the choice
+            counts = {kind: min(count, free) for kind, count in counts.items()}
         bandwidth, latency = self.interconnect()
         specs = spec_devices()
         out = []
@@ -118,10 +122,12 @@ class Advisor(Configurable):
         if self._interconnect is None:
             cluster = self.session.cluster
             if cluster.client is not None and len(cluster.engine_ids()) >= 2:
-                from .. import api
+                from ..launcher import FunctionWork
+                from ..options import RunOptions
 
-                self._interconnect = api.distribute(_measure_allreduce, n=2, manual=True, plot=False,
-                                                    name="interconnect-probe")
+                # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
+                options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
+                self._interconnect = self.session.launcher.run(FunctionWork(_measure_allreduce), options).results[0]
             else:
                 self._interconnect = (self.default_bandwidth_gb_s * 1e9, 50e-6)
         return self._interconnect
