@@ -84,7 +84,7 @@ class Session:
         show(recommendation)
         plan = recommendation.chosen
         multiplier = plan.batch_size / workload.batch_size
-        planned = dataclasses.replace(options, n=plan.ranks, recommend=False, deadline=None,
+        planned = dataclasses.replace(options, n=plan.ranks, recommend=False, deadline=None, device_kind=plan.kind,
                                       batch_size=plan.batch_size if multiplier != 1 else None,
                                       lr_multiplier=lr_scale_factor(options.lr_scale, multiplier))
         result = self.run(work, planned, key, show_view)

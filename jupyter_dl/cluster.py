@@ -237,6 +237,17 @@ class ClusterManager(Configurable):
                 self._engine_info[eid] = info
         return [self._engine_info[i] for i in ids]
 
+    def kinds(self, ids):
+        """Device kind of each engine ('cpu' or 'gpu:<name>', what the recommender plans with), asked once."""
+        from .runtime.probe import device_kind
+
+        self.describe(ids)
+        missing = [i for i in ids if "kind" not in self._engine_info[i]]
+        if missing:
+            for eid, kind in zip(missing, self.client[missing].apply_sync(device_kind)):
+                self._engine_info[eid]["kind"] = kind
+        return [self._engine_info[i]["kind"] for i in ids]
+
     def kill_and_replace(self, ids):
         """Kill engines stuck in native code (signals cannot reach Python there) and start fresh ones."""
         if not ids:

@@ -162,7 +162,7 @@ class Launcher(Configurable):
         attempt = 0
         while True:
             self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
-            ids = self._place(n, granted)
+            ids = self._place(n, granted, options.device_kind)
             job.engine_ids = ids
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
             t_cluster = time.perf_counter()
@@ -245,11 +245,19 @@ class Launcher(Configurable):
                 values[name] = (fp, value)
         return {"names_in": sorted(values), "names_out": names.binds, "values": values}
 
-    def _place(self, n, granted=None):
+    def _place(self, n, granted=None, kind=None):
         """Choose n engines, grouped by host so each host's ranks are contiguous (Horovod's local ranks). With GPUs
-        granted by the pool, the engines pinned to exactly those GPUs (engines on CPU clusters are not pinned)."""
+        granted by the pool, the engines pinned to exactly those GPUs (engines on CPU clusters are not pinned);
+        with a device kind (a recommendation's), only engines of that kind."""
         ids = self.cluster.engine_ids()
         pairs = list(zip(ids, self.cluster.describe(ids)))
+        if kind:
+            kinds = dict(zip(ids, self.cluster.kinds(ids)))
+            pairs = [(eid, info) for eid, info in pairs if kinds[eid] == kind]
+            if len(pairs) < n:
+                found = ", ".join(f"{list(kinds.values()).count(k)} x {k}" for k in sorted(set(kinds.values())))
+                raise UsageError(f"the plan runs {n} ranks on {kind}, but the cluster has {len(pairs)} such engines "
+                                 f"({found}); add engines of that kind or run without --recommend")
         if granted and any(info.get("gpu") for _, info in pairs):
             wanted = {(host, str(gpu)) for host, gpu in granted}
             pinned = {(info["hostname"], info.get("gpu")) for _, info in pairs}

@@ -33,6 +33,7 @@ class RunOptions:
     probe: bool = False           # run the cell on one rank up to fit and profile that instead of training
     batch_size: int | None = None  # per-rank batch replacing the cell's
     lr_multiplier: float = 1.0    # learning-rate factor for that batch change
+    device_kind: str | None = None  # only engines of this kind ("cpu", "gpu:<name>") take ranks
     stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
     pooled: bool = True           # take the job's GPUs from the pool; off only for jupyter-dl's own brief measurements
 

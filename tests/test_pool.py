@@ -117,6 +117,9 @@ class _PinnedCluster:
         pinned = {0: ("a", "0"), 1: ("a", "1"), 2: ("b", "0"), 3: ("b", "1")}
         return [{"hostname": pinned[i][0], "gpu": pinned[i][1], "pid": 100 + i} for i in ids]
 
+    def kinds(self, ids):
+        return ["gpu:NVIDIA A100" if i < 2 else "gpu:Tesla T4" for i in ids]  # host a has A100s, host b T4s
+
 
 def test_ranks_go_to_the_engines_pinned_to_the_granted_gpus():
     from jupyter_dl.errors import UsageError
@@ -127,3 +130,15 @@ def test_ranks_go_to_the_engines_pinned_to_the_granted_gpus():
     assert launcher._place(2) == [0, 1]
     with pytest.raises(UsageError, match="the pool granted GPUs"):
         launcher._place(2, [("c", 0), ("c", 1)])
+
+
+def test_a_plan_for_one_device_kind_runs_on_engines_of_that_kind():
+    from jupyter_dl.errors import UsageError
+    from jupyter_dl.launcher import Launcher
+
+    launcher = Launcher(_PinnedCluster())
+    assert launcher._place(2, kind="gpu:Tesla T4") == [2, 3]
+    assert launcher._place(1, [("a", 1), ("b", 0)], kind="gpu:Tesla T4") == [2]
+    with pytest.raises(UsageError, match=r"the plan runs 3 ranks on gpu:Tesla T4, but the cluster has 2 such "
+                                         r"engines \(2 x gpu:NVIDIA A100, 2 x gpu:Tesla T4\)"):
+        launcher._place(3, kind="gpu:Tesla T4")

@@ -89,9 +89,7 @@ class Advisor(Configurable):
         cluster %%distribute would start), no more than the GPU pool has free now when jobs take GPUs from one."""
         cluster = self.session.cluster
         if cluster.client is not None and cluster.engine_ids():
-            from ..runtime.probe import device_kind
-
-            kinds = cluster.client[cluster.engine_ids()].apply_sync(device_kind)
+            kinds = cluster.kinds(cluster.engine_ids())
             counts = {k: kinds.count(k) for k in sorted(set(kinds))}
         else:
             from ..gpus import names
