@@ -93,7 +93,7 @@ class LocalPool(Configurable, PoolAccess):
             yield pool
             handle.seek(0)
             handle.truncate()
-            json.dump(pool.dump(), handle)
+            handle.write(json.dumps(pool.dump(keep_ended=50)))  # one write: json.dump writes token by token
 
     @staticmethod
     def _json(pool, ticket):
