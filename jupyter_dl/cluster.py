@@ -95,7 +95,13 @@ class ClusterManager(Configurable):
     def _start_engines(self, n, devices=()):
         self._expected += n
         if self._launcher != "local":
-            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(self.engine_environment)))
+            extra = {}
+            if hasattr(self.cluster.engine_launcher_class, "batch_file_name"):
+                # A scheduler's batch script goes with the cluster's files, not into the notebook's folder.
+                extra["batch_file_name"] = os.path.join(self.cluster.profile_dir,
+                                                        f"{self.cluster.cluster_id}-engines-{len(self._engine_sets)}.sbatch")
+            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(self.engine_environment),
+                                                                     **extra))
             return
         # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
         if devices:

@@ -107,7 +107,7 @@ def test_engines_started_by_slurm_run_a_horovod_job(slurm, tmp_path):
                           cluster_id=f"slurm-{uuid.uuid4().hex[:6]}", log_level=40)
     cluster.start_controller_sync()
     try:
-        cluster.start_engines_sync()
+        cluster.start_engines_sync(batch_file_name=str(tmp_path / "engines.sbatch"))  # not into the repository
         queued = subprocess.run(["squeue", "-h", "-o", "%i %D %C %T"], capture_output=True, text=True).stdout.split()
         assert queued, "Slurm shows no job for the engines"
         _, nodes, cpus, _ = queued[:4]
@@ -134,7 +134,8 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
     engines; stopping the cluster ends the Slurm job."""
     import threading
 
-    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(os.cpu_count()), "--wrap", "sleep 600"],
+    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(os.cpu_count()), "-o", "/dev/null", "--wrap",
+                              "sleep 600"],
                              capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     session = Session()
     session.cluster.profile = f"jdl-slurm-{uuid.uuid4().hex[:6]}"
@@ -148,6 +149,7 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
         time.sleep(2)  # the kernel polls the queue once a second
         assert session.cluster.engine_ids() == []  # all or nothing: no engine runs while the job pends
         (engines_job,) = [j for j in pending if j != blocker]
+        assert not os.path.exists("slurm_engine.sbatch")  # the batch script stays with the cluster's files
         assert (f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
                 in capsys.readouterr().err)
         subprocess.run(["scancel", blocker], check=True)
