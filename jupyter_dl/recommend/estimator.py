@@ -1,11 +1,18 @@
 """Predict a training step's time and memory from model features, per device kind, fitted on shipped profiles.
 
-Step time on one device is a sum of costs that each grow with one feature: a fixed dispatch cost, a cost per layer
-and per recurrent time step (each one a kernel launch), FLOPs per group of layers (dense, conv, recurrent, attention, elementwise: each runs at its own rate), activations
-moved, and parameters updated. A training step does about three times the forward FLOPs. The coefficients are
-fitted by non-negative least squares on relative error (so small and large models count alike), one set per
-device kind. Scaling to several devices adds the ring allreduce of the gradients (2(k-1)/k of their bytes over the
-measured or tabled bandwidth, plus latency per hop), so scaling is predicted, not assumed.
+Step time on one device is a sum of costs that each grow with one feature:
+- a fixed cost per step (the call, the input's conversion, starting the graph),
+- a fixed cost per layer of each group (dense, conv, recurrent, attention, other): launching and setting up its
+  forward and backward kernels, which differs by kind (a dense layer is a few small kernels; a convolution's kernels
+  and the dozens of operations of an attention layer cost far more),
+- a cost per operation recurrent loops launch (each time step runs a few dozen small kernels),
+- FLOPs per group, each group at its own rate (a training step does about three times the forward FLOPs),
+- elements each group reads and writes, and elements the recurrent loops write: memory traffic, which is what small
+  layers and elementwise work are bound by,
+- parameters: every weight is read, its gradient written and its optimizer slots updated once a step.
+The coefficients are fitted by non-negative least squares on relative error (so small and large models count
+alike), one set per device kind. Scaling to several devices adds the ring allreduce of the gradients (2(k-1)/k of
+their bytes over the measured or tabled bandwidth, plus latency per hop), so scaling is predicted, not assumed.
 """
 import json
 import math
@@ -21,9 +28,14 @@ BYTES = 4  # float32
 
 def terms(features: dict, batch: int) -> np.ndarray:
     flops = features.get("flops_by_group") or {"other": features["flops_per_sample"]}
-    return np.array([1.0, features["layers"], features.get("sequential_steps", 0)]
+    # Features taken before layers, traffic and loops were counted by group: the nearest rough equivalents.
+    layers = features.get("layers_by_group") or {"other": features["layers"]}
+    traffic = features.get("traffic_by_group") or {"other": 2 * features["activations_per_sample"]}
+    loop_launches = features.get("loop_launches", 20 * features.get("sequential_steps", 0))
+    return np.array([1.0] + [layers.get(g, 0) for g in GROUPS] + [loop_launches]
                     + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
-                    + [features["activations_per_sample"] * batch, features["trainable_params"]])
+                    + [traffic.get(g, 0) * batch for g in GROUPS]
+                    + [features.get("loop_elements", 0) * batch, features["trainable_params"]])
 
 
 class StepTimeEstimator:

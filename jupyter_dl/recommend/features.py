@@ -1,6 +1,8 @@
 """What the estimator knows about a Keras model without running it: parameters, forward FLOPs and activations per
-sample, layer counts by kind, input size. FLOPs count multiply-adds as two; layers we do not model count as one
-operation per output element (cheap elementwise work), which is right for activations, pooling, normalisation."""
+sample, layer counts by kind, input size, and per group of layers the FLOPs, layers and elements read and written;
+for recurrent layers also the operations their loops launch and the elements those write. FLOPs count multiply-adds
+as two; layers we do not model count as one operation per output element (cheap elementwise work), which is right
+for activations, pooling, normalisation."""
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -10,15 +12,23 @@ class ModelFeatures:
     params: int
     trainable_params: int
     flops_per_sample: float         # forward pass
-    activations_per_sample: float   # output elements of every layer, summed
+    activations_per_sample: float   # output elements of every layer, and what they keep for the backward pass
     input_size: int                 # elements per sample
     layers: int
     kinds: dict = field(default_factory=dict)  # layer class name -> count
     flops_by_group: dict = field(default_factory=dict)  # dense | conv | rnn | attention | other -> forward FLOPs
     sequential_steps: int = 0       # time steps recurrent layers run one after another (each costs a launch)
+    layers_by_group: dict = field(default_factory=dict)   # group -> layers that compute (no input layers, reshapes)
+    traffic_by_group: dict = field(default_factory=dict)  # group -> elements read and written per sample (forward)
+    loop_launches: int = 0          # operations recurrent loops run in a forward pass (loop body x time steps)
+    loop_elements: int = 0          # elements per sample those operations write
 
     def as_dict(self):
         return asdict(self)
+
+
+GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}  # weight blocks of a recurrent cell
+RESHAPES = ("InputLayer", "Flatten", "Reshape")  # views of their input: no arithmetic, no data moved
 
 
 def _elements(shape):
@@ -55,8 +65,8 @@ def layer_flops(layer) -> float:
         if kind.startswith("DepthwiseConv"):
             per_position = math.prod(kernel.shape[:-2])
         return 2.0 * per_position * out
-    if kind in ("LSTM", "GRU", "SimpleRNN"):
-        gates = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}[kind]
+    if kind in GATES:
+        gates = GATES[kind]
         units = layer.units
         steps = in_shape[1] or 1
         features = in_shape[-1] or 1
@@ -66,7 +76,7 @@ def layer_flops(layer) -> float:
         seq = out_shape[1] or 1
         width = out_shape[-1] or 1
         return 2.0 * weights * seq + 4.0 * seq * seq * width
-    if kind in ("Embedding", "InputLayer", "Flatten", "Reshape", "Dropout"):
+    if kind in ("Embedding", "Dropout") or kind in RESHAPES:
         return 0.0
     return float(out)
 
@@ -81,7 +91,7 @@ def group_of(layer) -> str:
         return "dense"
     if "Conv" in kind:
         return "conv"
-    if kind in ("LSTM", "GRU", "SimpleRNN"):
+    if kind in GATES:
         return "rnn"
     if kind == "MultiHeadAttention":
         return "attention"
@@ -95,30 +105,45 @@ def model_features(model) -> ModelFeatures:
     layers = list(_leaf_layers(model))
     kinds = {}
     groups = dict.fromkeys(GROUPS, 0.0)
+    counts = dict.fromkeys(GROUPS, 0)
+    traffic = dict.fromkeys(GROUPS, 0)
     flops = activations = 0.0
-    steps = 0
+    steps = longest = hidden = 0
     for layer in layers:
-        kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
+        kind, group = type(layer).__name__, group_of(layer)
+        kinds[kind] = kinds.get(kind, 0) + 1
         layer_cost = layer_flops(layer)
         flops += layer_cost
-        groups[group_of(layer)] += layer_cost
+        groups[group] += layer_cost
+        counts[group] += kind not in RESHAPES
         try:
-            activations += _elements(_shape(layer.output)) + _hidden_elements(layer)
+            kept = _elements(_shape(layer.output)) + _hidden_elements(layer)
+            activations += kept
+            if kind not in RESHAPES:
+                traffic[group] += _elements(_shape(layer.input)) + kept
         except (AttributeError, ValueError):
             pass
-        if group_of(layer) == "rnn":
+        if group == "rnn":
             try:
                 steps += _shape(layer.input)[1] or 0
+                longest = max(longest, _shape(layer.input)[1] or 0)
+                hidden += _hidden_elements(layer)
             except (AttributeError, ValueError, IndexError):
                 pass
     try:
         input_size = _elements(_shape(model.inputs))
     except (AttributeError, ValueError, TypeError, IndexError):
         input_size = 0
+    # Only recurrent layers loop. Every loop is taken to run as many steps as the longest recurrent layer (right for
+    # stacked ones of one length); a model the tracer cannot take gets ~20 operations a step and its kept gates.
+    per_step = _loop_work(model) if longest else (0, 0)
+    loop_launches, loop_elements = (per_step[0] * longest, per_step[1] * longest) if per_step else (20 * steps, hidden)
     return ModelFeatures(params=int(model.count_params()),
                          trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
                          flops_per_sample=flops, activations_per_sample=activations, input_size=int(input_size),
-                         layers=len(layers), kinds=kinds, flops_by_group=groups, sequential_steps=int(steps))
+                         layers=len(layers), kinds=kinds, flops_by_group=groups, sequential_steps=int(steps),
+                         layers_by_group=counts, traffic_by_group=traffic, loop_launches=int(loop_launches),
+                         loop_elements=int(loop_elements))
 
 
 def optimizer_facts(model):
@@ -133,11 +158,57 @@ def optimizer_facts(model):
 
 
 def _hidden_elements(layer) -> int:
-    """Elements a layer keeps for its backward pass beyond its output: attention's score matrices."""
-    if type(layer).__name__ != "MultiHeadAttention":
+    """Elements a layer keeps for its backward pass beyond its output: attention's score matrices, a recurrent
+    layer's gates and state at every time step."""
+    kind = type(layer).__name__
+    if kind in GATES:
+        return (_shape(layer.input)[1] or 1) * (GATES[kind] + 1) * layer.units
+    if kind != "MultiHeadAttention":
         return 0
     seq = _shape(layer.output)[1] or 1
     return int(getattr(layer, "num_heads", 1)) * seq * seq
+
+
+BOOKKEEPING = {"Const", "Identity", "IdentityN", "NoOp", "Placeholder", "ReadVariableOp", "StopGradient"}
+
+
+def _loop_work(model):
+    """(operations, elements per sample they write) of one iteration of every loop in a traced forward pass in
+    training mode, without the graph's bookkeeping nodes: what a recurrent layer costs per time step beyond its
+    FLOPs, a few dozen small kernels (cells differ: a Keras GRU step runs more of them than an LSTM step) on
+    batch x units elements each. None when the model cannot be traced from its inputs' shapes."""
+    try:
+        import tensorflow as tf
+
+        specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]
+        graph = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True)
+                            ).get_concrete_function(*specs).graph.as_graph_def(add_shapes=True)
+    except Exception:  # any model the tracer cannot take falls back to counts by layer
+        return None
+    bodies = {f.signature.name: f.node_def for f in graph.library.function}
+    return _count_ops(graph.node, bodies, in_loop=False)
+
+
+def _count_ops(nodes, bodies, in_loop):
+    ops = elements = 0
+    for node in nodes:
+        if node.op in BOOKKEEPING:
+            continue
+        if node.op in ("While", "StatelessWhile"):
+            # a loop inside a loop counts once per outer step: an approximation
+            body_ops, body_elements = _count_ops(bodies.get(node.attr["body"].func.name, []), bodies, in_loop=True)
+            ops, elements = ops + body_ops, elements + body_elements
+        elif in_loop:
+            ops += 1
+            elements += sum(_known_elements(shape) for shape in node.attr["_output_shapes"].list.shape)
+    return ops, elements
+
+
+def _known_elements(shape):
+    """Elements per sample of a traced tensor shape: the product of its known dimensions (the batch is unknown)."""
+    if shape.unknown_rank:
+        return 0
+    return math.prod(d.size for d in shape.dim if d.size >= 0)
 
 
 def _leaf_layers(model):
