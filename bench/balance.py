@@ -70,18 +70,24 @@ def main():
     slow_alone = run(1, 0, 2.0, "off", args, data)       # rank 0 slowed: the half-speed device alone
     even = run(2, 1, 2.0, "off", args, data)
     balanced = run(2, 1, 2.0, "on", args, data)
+    # What two ranks of the same speed reach against twice one alone: the per-step allreduce and the two ranks
+    # sharing this machine's cores, which no split of the batch can win back.
+    same_speed = run(2, 1, 1.0, "off", args, data)
     ideal = fast_alone + slow_alone
     print(f"fast rank alone {fast_alone:8.0f} samples/s, slow rank alone {slow_alone:8.0f} samples/s, "
           f"ideal {ideal:8.0f}")
     print(f"even split      {even:8.0f} samples/s = {even / ideal:6.1%} of ideal")
     print(f"balanced split  {balanced:8.0f} samples/s = {balanced / ideal:6.1%} of ideal "
           f"({balanced / even:.2f}x the even split)")
+    print(f"two equal-speed ranks {same_speed:8.0f} samples/s = {same_speed / (2 * fast_alone):6.1%} of twice one "
+          f"alone (what synchronising costs here); balanced / ideal relative to that: "
+          f"{balanced / ideal / (same_speed / (2 * fast_alone)):6.1%}")
     print(f"target: balanced within 5% of ideal -> {'MET' if balanced >= 0.95 * ideal else 'MISSED'}")
     api.shutdown()
     load_after = _common.print_load(load_before)
     _common.write_results(HERE / "results" / "balance.json",
                           {"per_sample_ms": args.per_sample_ms, "fast_alone": fast_alone, "slow_alone": slow_alone,
-                           "ideal": ideal, "even": even, "balanced": balanced},
+                           "ideal": ideal, "even": even, "balanced": balanced, "same_speed_pair": same_speed},
                           t_start, load_before, load_after, ("horovod", "tensorflow"))
 
 
