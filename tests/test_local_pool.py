@@ -77,6 +77,14 @@ def test_requests_the_pool_cannot_serve_are_refused_in_one_line(pool_file):
     assert pool.summary()["queued"] == 0  # nothing was left behind
 
 
+def test_a_damaged_state_file_is_reported_not_reset(pool_file):
+    """Resetting would forget who holds which GPUs (two jobs on one GPU): the user is told what to do instead."""
+    with open(pool_file, "w") as handle:
+        handle.write('{"next_id": 3, "tick')
+    with pytest.raises(PoolError, match=r"pool.json is not valid JSON; delete it when no notebook is running a job"):
+        LocalPool(simulate_gpus=2, state_file=pool_file).submit(1)
+
+
 def test_only_the_gpus_a_kernels_engines_hold_are_granted_to_it(pool_file):
     pool = LocalPool(simulate_gpus=4, state_file=pool_file)
     (host,) = pool.inventory

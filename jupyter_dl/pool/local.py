@@ -22,7 +22,7 @@ from traitlets.config import Configurable
 
 from .. import gpus
 from .access import PoolAccess
-from .gang import GangPool
+from .gang import GangPool, PoolError
 
 
 def _process_identity(pid=None) -> str:
@@ -79,21 +79,33 @@ class LocalPool(Configurable, PoolAccess):
 
     @contextlib.contextmanager
     def _locked(self):
+        """The pool, rebuilt from the state file, for one request; written back when the request succeeds.
+        A separate lock file serialises the kernels, so the state can be replaced whole (a kernel killed while
+        writing leaves the previous state, never half of one)."""
         path = self.path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # held until the file closes, after the write below
-            handle.seek(0)
-            text = handle.read()
-            pool = GangPool.load(self.inventory, json.loads(text) if text.strip() else {},
-                                 reserve_after=self.reserve_after, clock=time.time)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            pool = GangPool.load(self.inventory, self._read(path), reserve_after=self.reserve_after, clock=time.time)
             for owner in {t.owner for t in pool.tickets.values() if t.state in ("queued", "granted")}:
                 if not _alive(owner):
                     pool.drop_owner(owner)
             yield pool
-            handle.seek(0)
-            handle.truncate()
-            handle.write(json.dumps(pool.dump(keep_ended=50)))  # one write: json.dump writes token by token
+            partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            partial.write_text(json.dumps(pool.dump(keep_ended=50)))
+            os.replace(partial, path)
+
+    @staticmethod
+    def _read(path) -> dict:
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return {}
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise PoolError(f"the GPU pool's state file {path} is not valid JSON; delete it when no notebook is "
+                            f"running a job (it is rebuilt empty)") from None
 
     @staticmethod
     def _json(pool, ticket):
