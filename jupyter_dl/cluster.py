@@ -67,7 +67,7 @@ class ClusterManager(Configurable):
         import ipyparallel as ipp
 
         self._require_none_in_use()
-        engines = engines or self.engines
+        engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
         devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
         n = n or (len(devices) if devices else self.default_size())
         if n < 1:
@@ -117,7 +117,14 @@ class ClusterManager(Configurable):
     @property
     def local(self) -> bool:
         """Whether jobs run on this host's engines started here (or will: the embedded cluster starts on demand)."""
-        return self.client is None or (self.owned and self._launcher == "local")
+        if self.client is None:
+            return self.engines.lower() == "local"
+        return self.owned and self._launcher == "local"
+
+    @property
+    def expected(self) -> int:
+        """Engines started here and not killed, registered or still registering (0 for a connected cluster)."""
+        return self._expected
 
     def connect(self, profile=None, cluster_id=None):
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
@@ -219,18 +226,27 @@ class ClusterManager(Configurable):
             time.sleep(0.1)
 
     def _scheduler_pending(self) -> str:
-        """'job 12 PENDING (Resources)' while Slurm holds the newest engine job in its queue, else ''."""
-        import shutil
+        """Why the newest engine set waits in a scheduler's queue ('Slurm job 12 PENDING (Resources)'), or ''
+        once it runs. Slurm is asked with squeue; other batch systems (PBS, SGE, LSF) are taken to be queued for as
+        long as no engine of the set has registered, so only queue_timeout bounds their wait."""
         import subprocess
 
-        if self._launcher != "slurm" or not self._engine_sets or not shutil.which("squeue"):
+        if self._launcher == "local" or not self._engine_sets:
             return ""
-        job_id = getattr(self.cluster.engines.get(self._engine_sets[-1]), "job_id", "")
+        launcher = self.cluster.engines.get(self._engine_sets[-1])
+        job_id = getattr(launcher, "job_id", "")
         if not job_id:
-            return ""
-        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True,
-                             timeout=30).stdout.split(maxsplit=1)
-        return f"Slurm job {job_id} PENDING ({out[1].strip()})" if out and out[0] == "PENDING" else ""
+            return ""  # not a batch system (mpi, ssh): its engines start at once
+        if self._launcher != "slurm":
+            return "" if self.engine_ids() else f"{self._launcher} job {job_id} submitted"
+        try:
+            out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True,
+                                 timeout=30).stdout.split(maxsplit=1)
+        except (OSError, subprocess.SubprocessError):
+            return f"Slurm job {job_id} (squeue did not answer)"
+        if out and out[0] in ("PENDING", "CONFIGURING"):  # configuring: its nodes are still booting
+            return f"Slurm job {job_id} {out[0]} ({out[1].strip() if len(out) > 1 else 'no reason given'})"
+        return ""
 
     def describe(self, ids):
         """Hostname and pid of each engine (asked once per engine)."""

@@ -7,7 +7,6 @@ stuck after a grace period (native code does not see signals) are killed and rep
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -130,7 +129,8 @@ class Launcher(Configurable):
         state = TrainingState(budget=self.point_budget)
         t0 = time.perf_counter()
         try:
-            with self._pool_lease(job, n, stderr) if options.pooled else contextlib.nullcontext() as lease:
+            with self._pool_lease(job, n, stderr, options.device_kind) if options.pooled else contextlib.nullcontext() \
+                    as lease:
                 granted = lease["devices"] if lease else None
                 outcomes, ars, status, t_cluster, t_ship, shipped = self._attempts(
                     job, n, work, shipment, options, stdout, stderr, state, observers, secret_values, redact,
@@ -161,7 +161,9 @@ class Launcher(Configurable):
         """Run the job, and again after a failure while --restarts allows."""
         attempt = 0
         while True:
-            self.cluster.ensure(n)  # after a failure: waits for the replacements of dead or killed engines
+            # After a failure this waits for the replacements of dead or killed engines; with GPUs granted, for all
+            # of them, since the granted GPUs' engines may be among the replacements.
+            self.cluster.ensure(max(n, self.cluster.expected) if granted else n)
             ids = self._place(n, granted, options.device_kind)
             job.engine_ids = ids
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
@@ -187,7 +189,7 @@ class Launcher(Configurable):
             return self.local_pool, f"embedded ({self.local_pool.path()})"
         return None, ""
 
-    def _pool_lease(self, job, n, stderr):
+    def _pool_lease(self, job, n, stderr, kind=None):
         """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool."""
         from .pool.lease import PoolLease
 
@@ -198,8 +200,11 @@ class Launcher(Configurable):
             return PoolLease(pool, n, job, job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}", stderr)
         if self.cluster.client is None:
             self.cluster.ensure(n)  # the engines first: a grant must be among the GPUs they are pinned to
-        host = socket.gethostname()
-        allowed = [(host, gpu) for gpu in self.cluster.devices]  # the GPUs this kernel's engines hold
+        # The GPUs this kernel's engines hold, of the plan's kind when a recommendation chose one.
+        ids = self.cluster.engine_ids()
+        kinds = self.cluster.kinds(ids) if kind else [None] * len(ids)
+        allowed = [(info["hostname"], int(info["gpu"])) for info, engine_kind in zip(self.cluster.describe(ids), kinds)
+                   if info.get("gpu") and engine_kind in (kind, None)]
         return PoolLease(pool, n, job, pool.owner, stderr, allowed=allowed)
 
     def pool_status(self) -> str:
@@ -207,7 +212,10 @@ class Launcher(Configurable):
         pool, description = self.active_pool()
         if pool is None:
             return ""
-        summary = pool.summary()
+        try:
+            summary = pool.summary()
+        except Exception as exc:  # a status line must not fail because the pool service is down
+            return f"GPU pool, {description}: not reachable ({exc})"
         return (f"GPU pool, {description}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
                 f"job{'s' if summary['queued'] != 1 else ''} queued")
 

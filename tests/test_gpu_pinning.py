@@ -55,3 +55,22 @@ def test_a_killed_engine_is_replaced_on_its_own_gpu(two_gpu_session):
     assert sorted(info["gpu"] for info in session.cluster.describe(ids)) == ["0", "1"]
     assert sorted(session.cluster.devices) == [0, 1]
     assert os.environ.get("CUDA_VISIBLE_DEVICES") is None  # the kernel itself is never pinned
+
+
+def _dies_once_then_reports_its_gpu(marker):
+    import os
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)  # the engine dies, as a crashed GPU process would
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_a_restart_waits_for_the_replacement_on_its_granted_gpu(two_gpu_session, tmp_path):
+    """The pool grants the lowest free GPU again, whose engine is the one just replaced: the restart must wait for
+    that replacement instead of failing because another GPU's engine is already there."""
+    session = two_gpu_session
+    session.cluster.start()
+    options = RunOptions(n=1, restarts=1, checkpoint_dir=str(tmp_path / "ckpt"))
+    result = session.launcher.run(FunctionWork(_dies_once_then_reports_its_gpu, (str(tmp_path / "died"),)), options)
+    assert result.results == ["0"] and len(result.job.restarts) == 1

@@ -77,6 +77,25 @@ def test_requests_the_pool_cannot_serve_are_refused_in_one_line(pool_file):
     assert pool.summary()["queued"] == 0  # nothing was left behind
 
 
+def test_a_release_interrupted_by_a_second_ctrl_c_still_gives_the_gpus_back(pool_file):
+    from jupyter_dl.jobs import Job
+    from jupyter_dl.pool.lease import PoolLease
+
+    class InterruptedOnce(LocalPool):
+        interrupted = False
+
+        def release(self, ticket_id):
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            return super().release(ticket_id)
+
+    pool = InterruptedOnce(simulate_gpus=2, state_file=pool_file)
+    with PoolLease(pool, 2, Job(name="j", n=2), pool.owner, poll_s=0.05) as ticket:
+        assert ticket["state"] == "granted" and pool.summary()["free"] == 0
+    assert pool.interrupted and pool.summary()["free"] == 2
+
+
 def test_a_damaged_state_file_is_reported_not_reset(pool_file):
     """Resetting would forget who holds which GPUs (two jobs on one GPU): the user is told what to do instead."""
     with open(pool_file, "w") as handle:
@@ -112,6 +131,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
 
     monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
     monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    jupyter_dl.distribute(_start_time, n=2, name="warm-up")  # Horovod and TensorFlow imported before the race below
     other = subprocess.Popen([sys.executable, "-c", OTHER_KERNEL, pool_file, str(tmp_path / "other-jobs")],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     other_cluster = []
@@ -146,7 +166,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
         other.send_signal(signal.SIGKILL)
         other.wait(10)
         runner.join(120)
-        assert outcome["second"] and min(outcome["second"]) - killed < 5.0  # its GPUs came back at the next poll
+        assert outcome["second"] and min(outcome["second"]) - killed < 8.0  # its GPUs came back at the next poll
     finally:
         other.kill()
         for proc in other_cluster:  # the dead kernel's cluster is not ours to keep

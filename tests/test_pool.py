@@ -142,3 +142,16 @@ def test_a_plan_for_one_device_kind_runs_on_engines_of_that_kind():
     with pytest.raises(UsageError, match=r"the plan runs 3 ranks on gpu:Tesla T4, but the cluster has 2 such "
                                          r"engines \(2 x gpu:NVIDIA A100, 2 x gpu:Tesla T4\)"):
         launcher._place(3, kind="gpu:Tesla T4")
+
+
+def test_ticket_ids_never_repeat_after_reloading_older_state():
+    """A reused id would let one kernel's release end another's grant."""
+    inventory = {"h": [0, 1]}
+    pool = GangPool(inventory)
+    first = pool.submit("ann", 1, owner="k1")
+    state = pool.dump()
+    state.pop("next_id")  # as written by an older version
+    state["tickets"][0]["from_a_newer_version"] = True  # unknown fields are dropped, not fatal
+    again = GangPool.load(inventory, state)
+    assert again.submit("ann", 1, owner="k2").id != first.id
+    assert again.tickets[first.id].devices == first.devices and again.free_count() == 0

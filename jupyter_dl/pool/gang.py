@@ -76,7 +76,12 @@ class GangPool:
     def submit(self, user, gpus, priority=0, job="", owner="", allowed=()) -> Ticket:
         """Queue a request for `gpus` GPUs (only among `allowed` ones when given: the GPUs a kernel's engines are
         pinned to) and grant what can be granted now. Refuses impossible requests."""
-        allowed = [tuple(d) for d in allowed]
+        allowed = sorted({tuple(d) for d in allowed})
+        if allowed:
+            allowed = [(host, gpu) for host, gpu in allowed if gpu in self.inventory.get(host, [])]
+            if not allowed:
+                raise PoolError("none of the GPUs this job may use are in the pool: start the cluster's engines on "
+                                "the pool's GPUs")
         size = len(allowed) if allowed else self.size
         if gpus < 1:
             raise PoolError(f"a job needs at least 1 GPU (asked for {gpus})")
@@ -239,8 +244,13 @@ class GangPool:
     @classmethod
     def load(cls, inventory: dict, state: dict, **kwargs):
         """A pool over `inventory` continuing from `dump()`'s data; GPUs held by granted tickets are not free."""
-        pool = cls(inventory, first_id=state.get("next_id", 1), **kwargs)
-        for data in state.get("tickets", []):
+        known = set(Ticket.__dataclass_fields__)
+        tickets = state.get("tickets", [])
+        # Never below a stored id: a reused id would let one kernel's release end another's grant.
+        stored = [int(t["id"][1:]) for t in tickets if str(t.get("id", "")).startswith("t") and t["id"][1:].isdigit()]
+        pool = cls(inventory, first_id=max([state.get("next_id", 1)] + [i + 1 for i in stored]), **kwargs)
+        for data in tickets:
+            data = {k: v for k, v in data.items() if k in known}  # fields of other versions are dropped
             ticket = Ticket(**{**data, "devices": [tuple(d) for d in data.get("devices", [])],
                                "allowed": [tuple(d) for d in data.get("allowed", [])]})
             pool.tickets[ticket.id] = ticket

@@ -64,8 +64,14 @@ class PoolLease:
                 pass
 
     def _release(self):
-        if self.ticket is not None:
+        if self.ticket is None:
+            return
+        for _ in range(3):
             try:
                 self.client.release(self.ticket["id"])
-            except Exception as exc:  # the pool expires it when the heartbeats stop anyway
+                return
+            except KeyboardInterrupt:  # a second Ctrl-C while stopping must not leave the GPUs held: try again
+                continue
+            except Exception as exc:  # the pool takes them back when this kernel's heartbeats or process end
                 print(f"[jupyter-dl] could not release GPUs {self.ticket['id']}: {exc}", file=self.stderr)
+                return

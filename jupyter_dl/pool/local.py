@@ -37,15 +37,24 @@ def _alive(identity: str) -> bool:
     if host != socket.gethostname() or not pid.isdigit():
         return True  # not ours to judge
     try:
-        return f"{psutil.Process(int(pid)).create_time():.2f}" == started
+        # Within a second, not equal: the start time is derived from the boot time, which moves when the clock is
+        # stepped (NTP), and a live kernel must never be taken for a dead one.
+        return abs(psutil.Process(int(pid)).create_time() - float(started or 0)) < 1.0
     except psutil.NoSuchProcess:
         return False
+
+
+# Tickets this process has asked for and not given back, by state file. A ticket of this process that is not in it
+# was left behind by an interrupted request (a second Ctrl-C while releasing): it is ended, since liveness alone
+# would keep it until the kernel exits.
+_OPEN_HERE = {}
 
 
 class LocalPool(Configurable, PoolAccess):
     state_file = Unicode(
         "", help="File the embedded pool's state lives in, shared by this user's kernels on this host. Empty: "
-                 "jupyter-dl-pool.json in Jupyter's runtime directory."
+                 "jupyter-dl-pool-<host>.json in Jupyter's runtime directory (per host: the runtime directory may be "
+                 "shared between hosts through a shared home)."
     ).tag(config=True)
     simulate_gpus = Integer(
         0, help="Pretend this host has this many GPUs (demos and tests on machines without any): jobs are admitted "
@@ -75,7 +84,7 @@ class LocalPool(Configurable, PoolAccess):
             return pathlib.Path(self.state_file).expanduser()
         from jupyter_core.paths import jupyter_runtime_dir
 
-        return pathlib.Path(jupyter_runtime_dir()) / "jupyter-dl-pool.json"
+        return pathlib.Path(jupyter_runtime_dir()) / f"jupyter-dl-pool-{socket.gethostname()}.json"
 
     @contextlib.contextmanager
     def _locked(self):
@@ -90,6 +99,10 @@ class LocalPool(Configurable, PoolAccess):
             for owner in {t.owner for t in pool.tickets.values() if t.state in ("queued", "granted")}:
                 if not _alive(owner):
                     pool.drop_owner(owner)
+            mine = _OPEN_HERE.setdefault(str(path), set())
+            for ticket in list(pool.tickets.values()):
+                if ticket.owner == self.owner and ticket.state in ("queued", "granted") and ticket.id not in mine:
+                    pool.release(ticket.id, ticket.user, admin=True)
             yield pool
             partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             partial.write_text(json.dumps(pool.dump(keep_ended=50)))
@@ -115,7 +128,9 @@ class LocalPool(Configurable, PoolAccess):
     # The same calls as PoolClient. The owner is always this process: liveness is judged by it, not by heartbeats.
     def submit(self, gpus, job="", owner="", allowed=()):
         with self._locked() as pool:
-            return self._json(pool, pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed))
+            ticket = pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed)
+            _OPEN_HERE[str(self.path())].add(ticket.id)
+            return self._json(pool, ticket)
 
     def ticket(self, ticket_id):
         with self._locked() as pool:
@@ -128,7 +143,9 @@ class LocalPool(Configurable, PoolAccess):
 
     def release(self, ticket_id):
         with self._locked() as pool:
-            return self._json(pool, pool.release(ticket_id, self.user))
+            ticket = pool.release(ticket_id, self.user)
+            _OPEN_HERE[str(self.path())].discard(ticket_id)
+            return self._json(pool, ticket)
 
     def heartbeat(self, owner=""):
         return {"ok": True}
