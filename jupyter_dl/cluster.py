@@ -255,7 +255,10 @@ class ClusterManager(Configurable):
         missing = [i for i in ids if i not in self._engine_info]
         if missing:
             view = self.client.direct_view(missing)
-            for eid, info in zip(missing, view.apply_sync(rank.describe)):
+            # Engines of a local cluster started here end with this kernel (ipyparallel starts them in their own
+            # session, so they would outlive it holding their GPU's memory). Others' clusters are not ours to end.
+            owner = (os.getpid(), socket.gethostname()) if self.owned and self._launcher == "local" else None
+            for eid, info in zip(missing, view.apply_sync(rank.describe, owner)):
                 self._engine_info[eid] = info
         return [self._engine_info[i] for i in ids]
 

@@ -1,5 +1,5 @@
-"""A kernel that dies while its job runs: the job is marked lost and its ranks stop working (they watch the
-kernel's pid), instead of training on as orphans."""
+"""A kernel that dies while its job runs: the job is marked lost, its ranks stop working (they watch the kernel's
+pid) instead of training on as orphans, and the engines of its own cluster exit."""
 import json
 import os
 import signal
@@ -55,6 +55,9 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
         assert job["state"] == "lost"
         time.sleep(3)  # the ranks' watchdog checks the kernel every second
         assert all(_stopped(p) for p in engines)
+        # The dead kernel's own engines then exit, so none keeps a GPU's memory (they check every 2 s).
+        gone, alive = psutil.wait_procs(engines, timeout=10)
+        assert not alive, f"engines {[p.pid for p in alive]} outlived the kernel that started them"
     finally:
         kernel.kill()
         for proc in cluster_processes + engines:  # the orphaned cluster is not ours to keep

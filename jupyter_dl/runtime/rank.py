@@ -27,8 +27,17 @@ from .stall_watch import StallWatch
 _SHIPPED = {}
 
 
-def describe():
-    """Who this engine is: used to place ranks on hosts."""
+_ORPHAN_WATCH = []  # the thread that ends this engine when the kernel that owns its cluster is gone
+
+
+def describe(exit_with_kernel=None):
+    """Who this engine is: used to place ranks on hosts. exit_with_kernel=(pid, host): this engine belongs to that
+    kernel's own cluster and exits when the kernel is gone, so an orphan never keeps a GPU's memory."""
+    if exit_with_kernel and not _ORPHAN_WATCH and exit_with_kernel[1] == socket.gethostname():
+        watch = threading.Thread(target=_exit_when_gone, args=(exit_with_kernel[0],), daemon=True,
+                                 name="jdl-orphan-watch")
+        _ORPHAN_WATCH.append(watch)
+        watch.start()
     # The GPU an engine was pinned to when it started (one per engine), to place ranks on the GPUs a pool granted.
     return {"hostname": socket.gethostname(), "pid": os.getpid(),
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
@@ -148,6 +157,17 @@ def _stall_reporter(rank):
             publish({f"jdl.{rank}.stall.{next(sent)}": [record]})
 
     return report
+
+
+def _exit_when_gone(pid, interval=2.0):
+    while True:
+        time.sleep(interval)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(0)  # a running job was already interrupted by its _KernelWatch and recorded as lost
+        except PermissionError:
+            pass
 
 
 class _KernelWatch:
