@@ -5,6 +5,7 @@ once (its gang allocation) and the notebook connects to that cluster unchanged. 
 generated slurm.conf in a temporary directory and its own ports, so it needs no system configuration.
 """
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -142,14 +143,17 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
     started = {}
     try:
         _wait_squeue(lambda jobs: jobs.get(blocker, ("",))[0] == "RUNNING", "the blocking job never ran")
-        starter = threading.Thread(target=lambda: started.update(status=session.cluster.start(2, engines="slurm")))
+        starter = threading.Thread(target=lambda: started.update(status=session.cluster.start(2, engines="slurm")),
+                                   daemon=True)
         starter.start()
         pending = _wait_squeue(lambda jobs: any(j != blocker and s == ("PENDING", "Resources")
                                                 for j, s in jobs.items()), "the engines' job never pended")
         time.sleep(2)  # the kernel polls the queue once a second
         assert session.cluster.engine_ids() == []  # all or nothing: no engine runs while the job pends
         (engines_job,) = [j for j in pending if j != blocker]
-        assert not os.path.exists("slurm_engine.sbatch")  # the batch script stays with the cluster's files
+        # The batch script is kept with the cluster's files, not written into the notebook's folder.
+        assert list(pathlib.Path(session.cluster.cluster.profile_dir).glob("*-engines-0.sbatch"))
+        assert not os.path.exists("slurm_engine.sbatch")
         assert (f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
                 in capsys.readouterr().err)
         subprocess.run(["scancel", blocker], check=True)
