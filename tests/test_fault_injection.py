@@ -86,10 +86,10 @@ import horovod.tensorflow as hvd
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
 model.compile("sgd", "mse")
 start = time.monotonic()
-model.fit(np.ones((4096, 8), "float32"), np.ones(4096, "float32"), epochs=2, batch_size=4, verbose=0)
+model.fit(np.ones((4096, 8), "float32"), np.ones(4096, "float32"), epochs=3, batch_size=4, verbose=0)
 fit_s = time.monotonic() - start
 start = time.monotonic()
-for _ in range(1500):  # many short eager collectives, one after another (the same count on every rank)
+for _ in range(4000):  # many short eager collectives, one after another (the same count on every rank)
     hvd.allreduce(np.ones(4), name="busy")
 calls_s = time.monotonic() - start
 """
@@ -97,7 +97,9 @@ calls_s = time.monotonic() - start
 
 def test_long_runs_of_short_collectives_are_not_a_stall(dl_session):
     # Frame objects of successive calls can share an address; progress (steps, calls) must reset the clock.
+    # 2.5 s, not less: at the end of fit rank 0 alone does the epoch's bookkeeping while rank 1 already waits in the
+    # first allreduce below, which on a loaded machine took over 1 s once.
     namespace = {}
-    result = jupyter_dl.distribute(LONG_BUSY_TRAINING, n=2, namespace=namespace, stall_timeout=1)
+    result = jupyter_dl.distribute(LONG_BUSY_TRAINING, n=2, namespace=namespace, stall_timeout=2.5)
     assert result.job.state == "succeeded"
-    assert namespace["fit_s"] > 2 and namespace["calls_s"] > 1, namespace  # both outlast the stall timeout
+    assert namespace["fit_s"] > 5 and namespace["calls_s"] > 5, namespace  # both outlast the stall timeout twice
