@@ -323,7 +323,8 @@ class ClusterManager(Configurable):
             "engines": len(ids),
             "engine_ids": ids,
             "hosts": hosts,
-            "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}),  # what engines are pinned to
+            # What the engines are pinned to, in index order (the same index on several hosts is listed once).
+            "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}, key=lambda g: (len(g), g)),
             "launcher": self._launcher if self.owned else None,
         }
 

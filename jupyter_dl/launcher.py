@@ -194,7 +194,7 @@ class Launcher(Configurable):
         from .pool.lease import PoolLease
 
         pool, _ = self.active_pool()
-        if pool is None:
+        if pool is None or kind == "cpu":  # a plan for CPU ranks needs no GPU
             return contextlib.nullcontext()
         if pool is not self.local_pool:
             return PoolLease(pool, n, job, job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}", stderr)
