@@ -114,11 +114,12 @@ class GangPool:
             self.schedule()
         return ticket
 
-    def heartbeat(self, owner):
-        """The owner (a kernel) is alive: its tickets are kept."""
+    def heartbeat(self, owner, user=None):
+        """The owner (a kernel) is alive: its tickets are kept. With `user`, only that user's: an owner id is not a
+        credential."""
         now = self.clock()
         for ticket in self.tickets.values():
-            if ticket.owner == owner and ticket.state in ("queued", "granted"):
+            if ticket.owner == owner and ticket.state in ("queued", "granted") and user in (None, ticket.user):
                 ticket.last_seen = now
 
     def drop_owner(self, owner, state="expired"):
@@ -266,6 +267,10 @@ class GangPool:
             # Another user's ticket is reported exactly like a missing one: ids reveal nothing.
             raise UnknownTicket(f"no job {ticket_id!r} of yours in the pool")
         return ticket
+
+    def view(self, ticket) -> dict:
+        """A ticket as its owner sees it: its fields and its place in the queue."""
+        return {**ticket.as_dict(), "position": self.position(ticket.id)}
 
     def visible(self, user, admin=False):
         """What `user` may see: their own tickets, or everything for an admin."""

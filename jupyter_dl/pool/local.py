@@ -88,7 +88,8 @@ class LocalPool(Configurable, PoolAccess):
 
     @contextlib.contextmanager
     def _locked(self):
-        """The pool, rebuilt from the state file, for one request; written back when the request succeeds.
+        """The pool, rebuilt from the state file, for one request, and the ids of the tickets this process holds in
+        it; written back when the request succeeds.
         A separate lock file serialises the kernels, so the state can be replaced whole (a kernel killed while
         writing leaves the previous state, never half of one)."""
         path = self.path()
@@ -103,7 +104,7 @@ class LocalPool(Configurable, PoolAccess):
             for ticket in list(pool.tickets.values()):
                 if ticket.owner == self.owner and ticket.state in ("queued", "granted") and ticket.id not in mine:
                     pool.release(ticket.id, ticket.user, admin=True)
-            yield pool
+            yield pool, mine
             partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             partial.write_text(json.dumps(pool.dump(keep_ended=50)))
             os.replace(partial, path)
@@ -123,33 +124,33 @@ class LocalPool(Configurable, PoolAccess):
     @staticmethod
     def _json(pool, ticket):
         """The ticket exactly as the service's client would see it (JSON: devices are lists)."""
-        return json.loads(json.dumps({**ticket.as_dict(), "position": pool.position(ticket.id)}))
+        return json.loads(json.dumps(pool.view(ticket)))
 
     # The same calls as PoolClient. The owner is always this process: liveness is judged by it, not by heartbeats.
     def submit(self, gpus, job="", owner="", allowed=()):
-        with self._locked() as pool:
+        with self._locked() as (pool, mine):
             ticket = pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed)
-            _OPEN_HERE[str(self.path())].add(ticket.id)
+            mine.add(ticket.id)
             return self._json(pool, ticket)
 
     def ticket(self, ticket_id):
-        with self._locked() as pool:
+        with self._locked() as (pool, _):
             pool.schedule()
             return self._json(pool, pool.owned(ticket_id, self.user))
 
     def tickets(self):
-        with self._locked() as pool:
+        with self._locked() as (pool, _):
             return [self._json(pool, t) for t in pool.visible(self.user)]
 
     def release(self, ticket_id):
-        with self._locked() as pool:
+        with self._locked() as (pool, mine):
             ticket = pool.release(ticket_id, self.user)
-            _OPEN_HERE[str(self.path())].discard(ticket_id)
+            mine.discard(ticket_id)
             return self._json(pool, ticket)
 
     def heartbeat(self, owner=""):
         return {"ok": True}
 
     def summary(self):
-        with self._locked() as pool:
+        with self._locked() as (pool, _):
             return {"gpus": pool.size, "free": pool.free_count(), "queued": len(pool.queue())}

@@ -60,7 +60,7 @@ class PoolHandler(web.RequestHandler):
             raise web.HTTPError(400, "the body must be JSON") from None
 
     def ticket_json(self, ticket):
-        return {**ticket.as_dict(), "position": self.pool.position(ticket.id)}
+        return self.pool.view(ticket)
 
 
 class TicketsHandler(PoolHandler):
@@ -101,10 +101,7 @@ class HeartbeatHandler(PoolHandler):
         owner = str(self.body().get("owner", ""))
         if not owner:
             raise web.HTTPError(400, "owner is required")
-        # Only the caller's own tickets are kept alive: an owner id is not a credential.
-        for ticket in self.pool.visible(self.user):
-            if ticket.owner == owner:
-                ticket.last_seen = self.pool.clock()
+        self.pool.heartbeat(owner, user=self.user)
         self.reply({"ok": True})
 
 

@@ -20,7 +20,7 @@ import pathlib
 
 import numpy as np
 
-from .features import GROUPS
+from .features import GROUPS, OPS_PER_STEP_GUESS
 
 PROFILES = pathlib.Path(__file__).resolve().parent.parent / "data" / "profiles"
 BYTES = 4  # float32
@@ -31,7 +31,7 @@ def terms(features: dict, batch: int) -> np.ndarray:
     # Features taken before layers, traffic and loops were counted by group: the nearest rough equivalents.
     layers = features.get("layers_by_group") or {"other": features["layers"]}
     traffic = features.get("traffic_by_group") or {"other": 2 * features["activations_per_sample"]}
-    loop_launches = features.get("loop_launches", 20 * features.get("sequential_steps", 0))
+    loop_launches = features.get("loop_launches", OPS_PER_STEP_GUESS * features.get("sequential_steps", 0))
     return np.array([1.0] + [layers.get(g, 0) for g in GROUPS] + [loop_launches]
                     + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
                     + [traffic.get(g, 0) * batch for g in GROUPS]

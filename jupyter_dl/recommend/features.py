@@ -27,6 +27,7 @@ class ModelFeatures:
         return asdict(self)
 
 
+OPS_PER_STEP_GUESS = 20  # operations a recurrent time step runs, for a model whose loop cannot be traced
 GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}  # weight blocks of a recurrent cell
 RESHAPES = ("InputLayer", "Flatten", "Reshape")  # views of their input: no arithmetic, no data moved
 
@@ -135,9 +136,13 @@ def model_features(model) -> ModelFeatures:
     except (AttributeError, ValueError, TypeError, IndexError):
         input_size = 0
     # Only recurrent layers loop. Every loop is taken to run as many steps as the longest recurrent layer (right for
-    # stacked ones of one length); a model the tracer cannot take gets ~20 operations a step and its kept gates.
+    # stacked ones of one length); a model the tracer cannot take gets OPS_PER_STEP_GUESS operations a step and its kept
+    # gates.
     per_step = _loop_work(model) if longest else (0, 0)
-    loop_launches, loop_elements = (per_step[0] * longest, per_step[1] * longest) if per_step else (20 * steps, hidden)
+    if per_step:
+        loop_launches, loop_elements = per_step[0] * longest, per_step[1] * longest
+    else:
+        loop_launches, loop_elements = OPS_PER_STEP_GUESS * steps, hidden
     return ModelFeatures(params=int(model.count_params()),
                          trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
                          flops_per_sample=flops, activations_per_sample=activations, input_size=int(input_size),

@@ -159,15 +159,22 @@ def _stall_reporter(rank):
     return report
 
 
+def _gone(pid) -> bool:
+    """Whether process `pid` on this host has exited (another user's live process is not gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
 def _exit_when_gone(pid, interval=2.0):
     while True:
         time.sleep(interval)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _gone(pid):
             os._exit(0)  # a running job was already interrupted by its _KernelWatch and recorded as lost
-        except PermissionError:
-            pass
 
 
 class _KernelWatch:
@@ -183,12 +190,8 @@ class _KernelWatch:
 
     def _watch(self, pid, interval):
         while not self._stop.wait(interval):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if _gone(pid):
                 _thread.interrupt_main()  # repeated: one sent during setup (interrupts ignored) is dropped
-            except PermissionError:
-                pass
 
     def stop(self):
         self._stop.set()
