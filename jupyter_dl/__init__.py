@@ -37,9 +37,12 @@ def shutdown():
 
 def load_ipython_extension(ipython):
     # Imports stay inside: `import jupyter_dl` must not pull in ipyparallel or TensorFlow.
+    from .keras_objects import record_constructor_arguments_when_keras_loads
     from .magics import DistributeMagics
 
     ipython.register_magics(DistributeMagics(ipython))
+    # Subclassed models built in the notebook from here on can travel to the engines (see keras_objects).
+    record_constructor_arguments_when_keras_loads()
 
 
 def _jupyter_server_extension_points():

@@ -163,10 +163,14 @@ def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True
 
 
 def bind_results(result, namespace):
-    """Put what rank 0 bound into the namespace; say which names could not come back."""
+    """Put what rank 0 bound into the namespace; say which names could not come back. Those are removed from the
+    namespace: an older value left under the name would look like the job's result."""
     namespace.update(result.values)
     for name, why in result.problems.items():
-        print(f"[jupyter-dl] '{name}' stayed on the engines: it could not be sent back ({why})", file=sys.stderr)
+        stale = namespace.pop(name, None) is not None
+        print(f"[jupyter-dl] '{name}' did not come back from the engines ({why})"
+              f"{'; its older value was removed from the notebook so it cannot be mistaken for this result' if stale else ''}",
+              file=sys.stderr)
 
 
 def show(obj):

@@ -59,6 +59,7 @@ class RunResult:
     view: object = None                             # the cell's LiveView, when one was shown
     probe: dict | None = None                       # probe mode: what rank 0 measured of the cell's fit
     recommendation: object = None                   # --recommend: the plan it ran with
+    diverged: str | None = None                     # zero-code: the warning when ranks ended with different weights
 
 
 class Launcher(Configurable):
@@ -149,8 +150,11 @@ class Launcher(Configurable):
             for observer in observers:
                 observer.finished(job, state)
         result.probe = outcomes[0].get("probe")
+        result.diverged = outcomes[0].get("diverged")
+        if result.diverged:
+            print(f"[jupyter-dl] warning: {result.diverged}", file=stderr or sys.stderr, flush=True)
         if isinstance(work, CellWork):
-            result.values, result.problems = payload.unpack(outcomes[0].get("values", {}))
+            result.values, result.problems = payload.unpack(outcomes[0].get("values", {}), work.namespace)
         else:
             picked = outcomes if work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]

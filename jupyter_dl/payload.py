@@ -1,13 +1,16 @@
 """The wire format for values crossing between kernel and engines, shared by both sides.
 
 Values are cloudpickled one name at a time so one bad value names itself instead of failing the whole transfer.
-Keras models travel through Keras 3's own pickling (a .keras archive in memory). A History is sent without its
-model (which would be pickled twice) and re-attached on arrival.
+Keras models and layers travel through Keras 3's own pickling (a .keras archive in memory) with the cell's classes
+and functions they need (keras_objects). A History is sent without its model (which would be pickled twice) and
+re-attached on arrival.
 """
 import hashlib
 from dataclasses import dataclass, field
 
 import cloudpickle
+
+from . import keras_objects
 
 
 @dataclass
@@ -55,7 +58,18 @@ def dumps(name, value, namespace=None) -> bytes:
         if model is not None and namespace:
             model_name = next((k for k, v in namespace.items() if v is model), None)
         value = HistoryPayload(dict(value.history), dict(value.params or {}), list(value.epoch), model_name)
+    elif keras_objects.is_keras_saveable(value):
+        value = keras_objects.dumps(value, namespace)
     return cloudpickle.dumps(value)
+
+
+def loads(blob: bytes, receivers_own: dict | None = None):
+    """The inverse of dumps. `receivers_own`: the receiving namespace's classes and functions, preferred to the
+    copies that travelled with a Keras object when they are not being replaced."""
+    value = cloudpickle.loads(blob)
+    if isinstance(value, keras_objects.KerasPayload):
+        value = keras_objects.loads(value, receivers_own)
+    return value
 
 
 def pack(names, namespace) -> dict:
@@ -71,21 +85,38 @@ def pack(names, namespace) -> dict:
     return out
 
 
-def unpack(packed: dict) -> tuple[dict, dict]:
-    """Return (values, problems). Histories get their model back when it travelled too."""
-    values, problems = {}, {}
+def unpack(packed: dict, namespace: dict | None = None) -> tuple[dict, dict]:
+    """Return (values, problems). Keras objects are rebuilt last, with the classes that came back in scope ahead of
+    the namespace's own; Histories get their model back when it travelled too."""
+    values, problems, blobs = {}, {}, {}
     for name, blob in packed.items():
         if isinstance(blob, Unsendable):
             problems[name] = blob.reason
             continue
         try:
-            values[name] = cloudpickle.loads(blob)
+            value = cloudpickle.loads(blob)
         except Exception as exc:
             problems[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if isinstance(value, keras_objects.KerasPayload):
+            blobs[name] = value
+        else:
+            values[name] = value
+    receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
+    receivers_own.update(values)
+    for name, keras_payload in blobs.items():
+        try:
+            values[name] = keras_objects.loads(keras_payload, receivers_own)
+        except Exception as exc:
+            problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
     for name, value in list(values.items()):
         if isinstance(value, HistoryPayload):
             values[name] = _rebuild_history(value, values.get(value.model_name))
     return values, problems
+
+
+def _first_line(exc) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def _rebuild_history(payload: HistoryPayload, model):

@@ -105,7 +105,7 @@ def rank_and_size():
     return hvd.rank(), hvd.size()
 
 
-def average_gradients(grads, weight=None):
+def average_gradients(grads, weight=None, name="jdl_grads"):
     """Average a list of gradients (None kept in place) across ranks in one fused collective. `weight` (a scalar
     variable) scales this rank's gradients first: its share of the global batch when ranks' batches differ."""
     import horovod.tensorflow as hvd
@@ -115,11 +115,12 @@ def average_gradients(grads, weight=None):
         return list(grads)
     # Horovod matches tensors across ranks by name. Left to itself it derives names from Keras' auto-generated
     # layer names, which differ between engines with different histories (`dense_3` here, `dense` on a fresh
-    # engine) and then every rank waits forever. A fixed name, outside any name scope, is the same everywhere.
+    # engine) and then every rank waits forever. A fixed name, outside any name scope, is the same everywhere; each
+    # optimizer has its own (two updates in one traced step, as in a GAN, would otherwise collide).
     dense = [_dense(grads[i]) for i in present]
     if weight is not None:
         dense = [g * _cast(weight, g.dtype) for g in dense]
-    reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name="jdl_grads", ignore_name_scope=True)
+    reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True)
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r

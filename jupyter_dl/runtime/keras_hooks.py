@@ -1,18 +1,23 @@
 """Zero-code-change mode, engine side: make an unchanged single-GPU Keras cell train data-parallel.
 
-While a cell runs, `Model.compile` and `Model.fit` are patched on the class:
-- compile: the optimizer averages gradients across ranks before applying them; its learning rate is scaled by the
-  number of ranks (the global batch grows with them); XLA is off because Horovod's ops are not XLA ops.
-- fit: in-memory arrays and tf.data datasets are sharded by rank to equal sizes (a rank with one batch more would
-  wait forever in the last allreduce); rank 0's initial variables are broadcast; epoch metrics are averaged across
-  ranks before History and the progress bar see them; only rank 0 prints and writes checkpoints.
-Everything is restored when the cell ends, including the optimizer's class and learning rate, so the model that
-comes back to the notebook is an ordinary Keras model.
+While a cell runs:
+- every Keras optimizer update averages gradients across ranks, wherever the optimizer was created or compiled
+  (optimizer_hooks: a model compiled in an earlier cell, one that came back from a previous job, custom loops);
+- `compile` and `fit` keep XLA off (Horovod's ops are not XLA ops), and a train step traced before this cell (so
+  without the averaging) is traced again;
+- fit: in-memory arrays, tf.data datasets, PyDatasets and generators are sharded by rank to equal sizes (a rank with
+  one batch more would wait forever in the last allreduce); rank 0's initial variables are broadcast; epoch metrics
+  are averaged across ranks before History, callbacks and the progress bar see them; only rank 0 prints and writes
+  files; learning-rate callbacks work in single-rank units.
+Everything is restored when the cell ends, including learning rates and the dtype policy, so the model that comes
+back to the notebook is an ordinary Keras model.
 """
+import contextlib
 import math
 
 from ..backends import horovod as backend
 from . import stall_watch
+from .optimizer_hooks import DistributedUpdates
 
 _SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
 _ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
@@ -35,12 +40,11 @@ class KerasHooks:
         self.checkpoint_dir = checkpoint_dir
         self.attempt = attempt          # 0 for a job's first run, then one more per restart
         self.balance = balance          # measure rank speeds at fit start and split the global batch by them
-        self._gradient_weight = None    # this rank's share of the global batch x ranks (1.0 for an even split)
         self.probe = probe              # profile the cell's fit instead of running it (--recommend)
         self.batch_size = batch_size    # the recommended per-rank batch, replacing the cell's
-        self.lr_multiplier = lr_multiplier  # for the recommended batch's change of the global batch
+        self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier)
         self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
-        self._wrapped_optimizers = []  # (optimizer, original class, original learning rate)
+        self._traced_here = set()       # ids of train functions traced under these hooks (with the averaging)
 
     def __enter__(self):
         import keras
@@ -48,15 +52,17 @@ class KerasHooks:
         self._keras = keras
         self._orig_compile = keras.Model.compile
         self._orig_fit = keras.Model.fit
+        self._dtype_policy = keras.config.dtype_policy()
         hooks = self
 
-        def compile(model, optimizer="rmsprop", *args, **kwargs):
+        def compile(model, *args, **kwargs):
             kwargs["jit_compile"] = False
-            return hooks._orig_compile(model, hooks._distributed_optimizer(optimizer), *args, **kwargs)
+            return hooks._orig_compile(model, *args, **kwargs)
 
         def fit(model, x=None, y=None, *args, **kwargs):
             return hooks._fit(model, x, y, args, kwargs)
 
+        self.updates.__enter__()
         keras.Model.compile = compile
         keras.Model.fit = fit
         return self
@@ -64,47 +70,13 @@ class KerasHooks:
     def __exit__(self, *exc):
         self._keras.Model.compile = self._orig_compile
         self._keras.Model.fit = self._orig_fit
-        for optimizer, cls, lr in self._wrapped_optimizers:
-            optimizer.__class__ = cls
-            if lr is not None:
-                optimizer.learning_rate = lr
-        self._wrapped_optimizers.clear()
+        self.updates.__exit__(*exc)
+        # A cell's mixed-precision policy must not leak into the next job on this engine.
+        self._keras.config.set_dtype_policy(self._dtype_policy)
         return False
 
-    # ---------------------------------------------------------------------------------------------- compile
-    def _distributed_optimizer(self, optimizer):
-        optimizer = self._keras.optimizers.get(optimizer)
-        if getattr(optimizer, "_jdl_distributed", False):
-            return optimizer
-        original_class = optimizer.__class__
-        original_lr = None
-        factor = lr_scale_factor(self.lr_scale, self.size) * self.lr_multiplier
-        if factor != 1.0:
-            if isinstance(optimizer._learning_rate, self._keras.optimizers.schedules.LearningRateSchedule):
-                print(f"[jupyter-dl] learning-rate schedule left unscaled on {self.size} ranks; "
-                      f"scale it yourself or pass --lr-scale none to silence this")
-            else:
-                original_lr = float(optimizer.learning_rate.numpy())
-                optimizer.learning_rate = original_lr * factor
-
-        weight = self._weight_variable()
-
-        def apply(opt, grads, trainable_variables=None):
-            return original_class.apply(opt, backend.average_gradients(list(grads), weight), trainable_variables)
-
-        # A subclass swapped in place keeps the user's optimizer object, its config and its state.
-        optimizer.__class__ = type(original_class.__name__, (original_class,),
-                                   {"apply": apply, "_jdl_distributed": True})
-        self._wrapped_optimizers.append((optimizer, original_class, original_lr))
-        return optimizer
-
     def _weight_variable(self):
-        # A variable, not a constant: the compiled train step is traced once and reused by later fits.
-        if self._gradient_weight is None:
-            import tensorflow as tf
-
-            self._gradient_weight = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="jdl_gradient_weight")
-        return self._gradient_weight
+        return self.updates.gradient_weight
 
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
@@ -129,8 +101,10 @@ class KerasHooks:
             if self.rank == 0:
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
         callbacks = list(kwargs.get("callbacks") or [])
+        if model.optimizer is not None:
+            self.updates.adopt(model.optimizer)  # its rate is scaled before any callback reads or sets it
         extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume,
-                                     float(self._weight_variable().numpy()))]
+                                     float(self._weight_variable().numpy()), self.updates.mark_synced)]
         if checkpoint is not None:
             extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
@@ -143,12 +117,28 @@ class KerasHooks:
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         kwargs["callbacks"] = extra + callbacks
-        history = self._orig_fit(model, x, y, *args, **kwargs)
+        with _learning_rate_callbacks_in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
+            history = self._orig_fit(model, x, y, *args, **kwargs)
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
         if checkpoint is not None and self.rank == 0:
             checkpoint.mark_complete()
         return history
+
+    @contextlib.contextmanager
+    def _traced_with_hooks(self, model):
+        """Run fit with a train step traced under these hooks, without XLA; the model's own settings come back."""
+        jit = model._jit_compile
+        if jit:
+            model.jit_compile = False
+        if model.train_function is not None and id(model.train_function) not in self._traced_here:
+            model.train_function = None  # traced before this cell: it would update without averaging
+        try:
+            yield
+        finally:
+            if model.train_function is not None:
+                self._traced_here.add(id(model.train_function))
+            model._jit_compile = jit
 
     def _balanced_inputs(self, model, x, y, kwargs):
         """(x, y, kwargs) with this rank's balanced share and batch size, or None to split evenly."""
@@ -239,7 +229,38 @@ def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
     return EpochCheckpoint()
 
 
-def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight=1.0):
+@contextlib.contextmanager
+def _learning_rate_callbacks_in_single_rank_units(callbacks, updates):
+    """The cell's learning-rate callbacks were written for one rank; the optimizer runs at the scaled rate. A
+    LearningRateScheduler's function sees and returns single-rank rates; ReduceLROnPlateau's floor is scaled."""
+    restore = []
+    for cb in callbacks:
+        kind = type(cb).__name__
+        if kind == "LearningRateScheduler" and callable(getattr(cb, "schedule", None)):
+            schedule = cb.schedule
+
+            def in_single_rank_units(epoch, lr=None, _schedule=schedule):
+                if lr is None:
+                    return updates.scaled(_schedule(epoch))
+                try:
+                    return updates.scaled(_schedule(epoch, updates.unscaled(lr)))
+                except TypeError:  # a one-argument schedule, as Keras also allows
+                    return updates.scaled(_schedule(epoch))
+
+            cb.schedule = in_single_rank_units
+            restore.append(lambda cb=cb, schedule=schedule: setattr(cb, "schedule", schedule))
+        elif kind == "ReduceLROnPlateau" and hasattr(cb, "min_lr"):
+            min_lr = cb.min_lr
+            cb.min_lr = updates.scaled(min_lr)
+            restore.append(lambda cb=cb, min_lr=min_lr: setattr(cb, "min_lr", min_lr))
+    try:
+        yield
+    finally:
+        for undo in restore:
+            undo()
+
+
+def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight=1.0, mark_synced=None):
     class RankSync(keras.callbacks.Callback):
         """Broadcast rank 0's variables when training starts (restored from the checkpoint when resuming);
         average epoch metrics across ranks."""
@@ -258,14 +279,17 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
                     checkpoint.restore(resume["path"], model)
                 optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
                 backend.broadcast_from_root(list(model.variables) + optimizer_variables)
+                mark_synced(model.variables)
             elif model.built:
                 backend.broadcast_from_root(model.variables)
+                mark_synced(model.variables)
 
         def on_train_batch_end(self, batch, logs=None):
             stall_watch.step_done()
             # Optimizer slots and lazily built layers exist only after the first step: bring them in line once.
             if not self._optimizer_synced:
                 backend.broadcast_from_root(list(model.variables) + list(model.optimizer.variables))
+                mark_synced(model.variables)
                 self._optimizer_synced = True
 
         def on_epoch_end(self, epoch, logs=None):

@@ -17,8 +17,9 @@ import threading
 import time
 import traceback
 
-from .. import payload
+from .. import keras_objects, payload
 from ..backends import horovod as backend
+from . import divergence
 from .native_stderr import NativeStderr
 from .probe import ProbeDone
 from .stall_watch import StallWatch
@@ -50,12 +51,10 @@ def manifest():
 
 def receive(blobs: dict, fingerprints: dict):
     """Store shipped values. Raises naming the variable when one cannot be rebuilt here."""
-    for name, blob in blobs.items():
-        try:
-            value = payload.cloudpickle.loads(blob)
-        except Exception as exc:
-            raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: "
-                               f"{type(exc).__name__}: {exc}") from None
+    values, problems = payload.unpack(blobs, {name: value for name, (_, value) in _SHIPPED.items()})
+    for name, why in problems.items():
+        raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: {why}")
+    for name, value in values.items():
         _SHIPPED[name] = (fingerprints.get(name), value)
     return len(blobs)
 
@@ -85,6 +84,7 @@ def run(spec: dict) -> dict:
         finally:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
+        keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
         os.environ.update(spec.get("secrets", {}))  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
@@ -108,6 +108,10 @@ def run(spec: dict) -> dict:
                 fn, args, kwargs = payload.cloudpickle.loads(spec["fn"])
                 result = fn(*args, **kwargs)
         timings["run_s"] = time.perf_counter() - t1
+        if hooks is not None:
+            apart = _ranks_apart(hooks, namespace if spec["mode"] == "cell" else {})
+            if apart:
+                outcome["diverged"] = divergence.warning(apart)
         t2 = time.perf_counter()
         if spec["mode"] == "fn":
             outcome["result"] = payload.cloudpickle.dumps(result) if (rank == 0 or spec.get("all_ranks")) else None
@@ -140,6 +144,12 @@ def run(spec: dict) -> dict:
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
+
+
+def _ranks_apart(hooks, namespace):
+    """Compare the ranks' weights at the end of a zero-code job (every rank calls this at the same point)."""
+    updated = hooks.updates.updated_variables()
+    return divergence.check(divergence.groups_to_check(namespace, updated), {id(v) for v in updated})
 
 
 def _stall_reporter(rank):

@@ -62,17 +62,91 @@ def _is_array_like(obj):
     return hasattr(obj, "shape") and hasattr(obj, "__getitem__")
 
 
+def _is_py_dataset(obj):
+    try:
+        import keras
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, keras.utils.PyDataset)
+
+
+def _is_generator(obj):
+    import inspect
+
+    return inspect.isgenerator(obj) or (hasattr(obj, "__next__") and hasattr(obj, "__iter__")
+                                        and not _is_dataset(obj) and not _is_array_like(obj))
+
+
+def shard_py_dataset(data, rank, size):
+    """Every size-th batch of a keras.utils.PyDataset, starting at this rank's, to equal numbers of batches."""
+    import keras
+
+    batches = data.num_batches if getattr(data, "num_batches", None) is not None else len(data)
+    if batches is None:  # an infinite PyDataset: every rank reads its own stride for as long as fit asks
+        batches = 0
+    elif batches // size == 0:
+        raise ValueError(f"a PyDataset of {batches} batches cannot be split across {size} ranks; "
+                         f"use fewer ranks (-n) or smaller batches")
+
+    class RankShard(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(workers=data.workers, use_multiprocessing=data.use_multiprocessing,
+                             max_queue_size=data.max_queue_size)
+
+        @property
+        def num_batches(self):
+            return batches // size if batches else None
+
+        def __getitem__(self, index):
+            return data[index * size + rank]
+
+        def on_epoch_begin(self):
+            data.on_epoch_begin()
+
+        def on_epoch_end(self):
+            data.on_epoch_end()
+
+    return RankShard()
+
+
+def shard_generator(gen, rank, size):
+    """Every size-th item of a generator, starting at this rank's. Each rank runs the cell's generator itself, so
+    it must yield the same sequence on every rank (seeded shuffles)."""
+    import itertools
+
+    return itertools.islice(gen, rank, None, size)
+
+
+def per_rank_steps(steps, size):
+    """The cell's steps per epoch count global batches; each rank takes its share of them (at least one)."""
+    return None if steps is None else max(1, int(steps) // size)
+
+
 def shard_fit_inputs(x, y, kwargs, rank, size):
-    """Shard what `fit` would read. Generators and PyDatasets are left alone: their code decides what a rank reads."""
+    """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators."""
+    streamed = False
     if _is_dataset(x):
-        x = shard_dataset(x, rank, size)
+        x, streamed = shard_dataset(x, rank, size), True
+    elif _is_py_dataset(x):
+        x, streamed = shard_py_dataset(x, rank, size), True
     elif _is_array_like(x):
         x, y, sample_weight = shard_arrays((x, y, kwargs.get("sample_weight")), rank, size)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
+    elif _is_generator(x):
+        x, streamed = shard_generator(x, rank, size), True
+    if streamed and kwargs.get("steps_per_epoch"):
+        kwargs["steps_per_epoch"] = per_rank_steps(kwargs["steps_per_epoch"], size)
     val = kwargs.get("validation_data")
+    val_streamed = False
     if _is_dataset(val):
-        kwargs["validation_data"] = shard_dataset(val, rank, size)
-    elif isinstance(val, tuple) and val and _is_array_like(val[0]):
-        kwargs["validation_data"] = shard_arrays(val, rank, size)
+        kwargs["validation_data"], val_streamed = shard_dataset(val, rank, size), True
+    elif _is_py_dataset(val):
+        kwargs["validation_data"], val_streamed = shard_py_dataset(val, rank, size), True
+    elif isinstance(val, (tuple, list)) and val and _is_array_like(val[0]):
+        kwargs["validation_data"] = shard_arrays(tuple(val), rank, size)
+    elif val is not None and _is_generator(val):
+        kwargs["validation_data"], val_streamed = shard_generator(val, rank, size), True
+    if val_streamed and kwargs.get("validation_steps"):
+        kwargs["validation_steps"] = per_rank_steps(kwargs["validation_steps"], size)
     return x, y, kwargs

@@ -1,0 +1,198 @@
+"""Keras models and layers on the wire, in both directions (kernel -> engines, rank 0 -> kernel).
+
+Keras 3 pickles a model as a .keras archive: its config names classes, and the receiving side must find them.
+Classes and functions defined in a notebook cell live in `__main__` on the sending side only, so they travel with
+the model (by value, through cloudpickle) and are in scope while it is rebuilt; where the receiver already has an
+object of that name that this transfer does not replace (a class from an earlier cell), the receiver's own is used,
+so `isinstance(model, Net)` holds in the notebook.
+
+Keras also rebuilds a subclassed model by calling its constructor with the arguments it recorded, and
+`keras.Model.__new__` records the defaults instead of the arguments given (Keras 3.x): `Net(units=4)` comes back as
+`Net(units=8)` and its weights no longer fit. `record_constructor_arguments()` makes it record what was given.
+"""
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+
+import cloudpickle
+
+_SIMPLE = (str, int, float, bool, type(None))
+
+
+@dataclass
+class KerasPayload:
+    blob: bytes             # the object, pickled by Keras (a .keras archive)
+    custom: bytes           # {name: class or function} it needs, pickled by value
+    type_name: str = ""
+
+
+def is_keras_saveable(value) -> bool:
+    return any(c.__name__ == "KerasSaveable" and c.__module__.startswith("keras") for c in type(value).__mro__)
+
+
+def dumps(value, namespace=None) -> KerasPayload:
+    record_constructor_arguments()
+    custom = custom_objects_of(value, namespace or {})
+    try:
+        blob = cloudpickle.dumps(value)
+    except NotImplementedError as exc:  # Keras: a subclass whose constructor arguments it cannot record
+        raise TypeError(f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
+                        f"get_config() returning its constructor arguments") from None
+    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__)
+
+
+def loads(payload: KerasPayload, receivers_own: dict | None = None):
+    """Rebuild the object; `receivers_own` maps names to objects the receiver prefers to the travelling copies."""
+    import keras
+    from keras.src.saving.serialization_lib import SafeModeScope
+
+    record_constructor_arguments()
+    scope = cloudpickle.loads(payload.custom)
+    scope.update({k: v for k, v in (receivers_own or {}).items() if k in scope})
+    # Our own engines and kernel produced the archive: Lambda layers and other code in it are the user's own.
+    with keras.saving.custom_object_scope(scope), SafeModeScope(False):
+        return cloudpickle.loads(payload.blob)
+
+
+def custom_objects_of(value, namespace) -> dict:
+    """The user-defined classes and functions the object's config names, found in its classes and in namespace."""
+    found = {}
+    for obj in _classes_in(value):
+        if _user_defined(obj):
+            found[obj.__name__] = obj
+    for name in _names_in_config(value):
+        candidate = namespace.get(name)
+        if candidate is not None and _user_defined(candidate) and (isinstance(candidate, type)
+                                                                     or isinstance(candidate, types.FunctionType)):
+            found.setdefault(name, candidate)
+    return found
+
+
+def _classes_in(value):
+    classes = set(type(value).__mro__)
+    layers = getattr(value, "_flatten_layers", None)
+    if callable(layers):
+        for layer in layers(include_self=False):
+            classes.update(type(layer).__mro__)
+    for attribute in ("loss", "optimizer"):
+        part = getattr(value, attribute, None)
+        if part is not None and not isinstance(part, (str, list, dict)):
+            classes.update(type(part).__mro__)
+    return classes
+
+
+def _names_in_config(value):
+    """Every class or function name the object's Keras config mentions (custom losses, metrics, activations...)."""
+    import keras
+
+    try:
+        config = keras.saving.serialize_keras_object(value)
+    except Exception:  # the pickling below reports what is wrong, in Keras' own words
+        return set()
+    names = set()
+    stack = [config]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("class_name", "registered_name"):
+                if isinstance(item.get(key), str):
+                    names.add(item[key].split(">")[-1])
+            if item.get("class_name") == "function" and isinstance(item.get("config"), str):
+                names.add(item["config"])
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, str):
+            names.add(item)
+    return names
+
+
+def _user_defined(obj) -> bool:
+    return getattr(obj, "__module__", None) == "__main__"
+
+
+# ----------------------------------------------------------------------------------- constructor arguments
+
+def record_constructor_arguments():
+    """Make `keras.Model.__new__` record the constructor arguments a subclass was given (idempotent)."""
+    module = sys.modules.get("keras.src.models.model")
+    if module is not None:
+        _patch_model_class(module.Model)
+
+
+def _record(instance, cls, args, kwargs):
+    """Keras' own rule for an automatic config (simple values only), applied to the arguments actually given."""
+    from keras.src.saving.serialization_lib import SerializableDict
+
+    try:
+        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    except TypeError:
+        return  # Keras will fail the call itself
+    bound.apply_defaults()
+    spec = inspect.getfullargspec(cls.__init__)
+    arguments = dict(bound.arguments)
+    arguments.pop(spec.args[0], None)
+    if spec.varkw:
+        arguments.update(arguments.pop(spec.varkw, {}))
+    if spec.varargs and arguments.pop(spec.varargs, ()):
+        return
+    arguments.pop("name", None)
+    import keras
+
+    try:
+        simple = all(isinstance(v, _SIMPLE) for v in keras.tree.flatten(arguments))
+    except TypeError:
+        simple = False
+    # Layer.__setattr__ would try to track the dict; Keras sets it the same way, unlocked, in Operation.__new__.
+    object.__setattr__(instance, "_auto_config", SerializableDict(**arguments) if simple else None)
+
+
+class _RecordAfterKerasImport:
+    """A meta-path finder that applies record_constructor_arguments() once Keras' Model module has loaded, so models
+    built in the notebook before the first distributed cell can travel too (no Keras import at extension load)."""
+
+    TARGET = "keras.src.models.model"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            # keras.Model is the class defined here; keras' top level re-exports the same object.
+            _patch_model_class(module.Model)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _patch_model_class(model_class):
+    if getattr(model_class.__new__, "_jdl_records_arguments", False):
+        return
+    original = model_class.__new__
+
+    def __new__(cls, *args, **kwargs):
+        instance = original(cls, *args, **kwargs)
+        if isinstance(instance, cls) and cls.__init__ is not model_class.__init__ and (args or kwargs):
+            _record(instance, cls, args, kwargs)
+        return instance
+
+    __new__._jdl_records_arguments = True
+    model_class.__new__ = __new__
+
+
+def record_constructor_arguments_when_keras_loads():
+    """Kernel side, at extension load: patch now if Keras is loaded, else as soon as it is."""
+    if "keras.src.models.model" in sys.modules:
+        record_constructor_arguments()
+    elif not any(isinstance(f, _RecordAfterKerasImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RecordAfterKerasImport())
