@@ -89,7 +89,11 @@ def run(spec: dict) -> dict:
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
         hooks = None
-        if not spec.get("manual"):
+        if spec.get("manual"):
+            from ..backends import horovod_keras3
+
+            horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
+        else:
             from .keras_hooks import KerasHooks
 
             hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True),
