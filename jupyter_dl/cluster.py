@@ -13,7 +13,7 @@ import time
 from traitlets import Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from . import gpus
+from . import cluster_reaper, gpus
 from .errors import UsageError
 
 _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
@@ -36,6 +36,11 @@ class ClusterManager(Configurable):
                       "(e.g. c.SlurmEngineSetLauncher.timelimit). A scheduler starts each engine set as one job, "
                       "so all of a job's engines are allocated at once."
     ).tag(config=True)
+    max_cpu_ranks = Integer(
+        0, help="Most ranks the embedded local cluster runs on a host without GPUs; 0 means twice the CPU cores. "
+                "Each rank is a process with its own TensorFlow: far past the cores, engines start slower than "
+                "start_timeout and collectives time out, so a larger -n is refused before anything starts."
+    ).tag(config=True)
     start_timeout = Float(120.0, help="Seconds to wait for engines to register once they run.").tag(config=True)
     queue_timeout = Float(
         0.0, help="Seconds to wait for a scheduler (Slurm, PBS, ...) to allocate the engines; 0 waits as long as it "
@@ -56,6 +61,7 @@ class ClusterManager(Configurable):
         self.devices = []       # GPUs the engines started here are pinned to, one engine each
         self._launcher = "local"
         self._engine_sets = []  # ipyparallel engine set ids, newest last
+        self._reaper = None     # the process that ends our controller if this kernel dies
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -72,6 +78,8 @@ class ClusterManager(Configurable):
         n = n or (len(devices) if devices else self.default_size())
         if n < 1:
             raise UsageError(f"-n must be at least 1 (got {n})")
+        if engines == "local" and not devices:
+            self._check_cpu_ranks(n)
         if devices and n > len(devices):
             raise UsageError(f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); "
                              f"lower -n or widen --gpus")
@@ -83,6 +91,9 @@ class ClusterManager(Configurable):
                              f"or lsf") from None
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
+        controller_pid = getattr(cluster.controller, "pid", None)
+        if controller_pid:  # the controller (and its schedulers) end with this kernel, however it ends
+            self._reaper = cluster_reaper.start(os.getpid(), [controller_pid])
         try:
             self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
@@ -174,10 +185,43 @@ class ClusterManager(Configurable):
             client.close()
         if cluster is not None and owned:
             cluster.stop_cluster_sync()
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:  # it would exit by itself within a second; don't leave it behind as a zombie
+            reaper.terminate()
+            reaper.wait(5)
 
     # ------------------------------------------------------------------------------------------- engines
     def engine_ids(self):
         return [i for i in sorted(self.client.ids) if i not in self._dead] if self.client else []
+
+    def cpu_rank_limit(self) -> int:
+        return self.max_cpu_ranks or 2 * (os.cpu_count() or 1)
+
+    def check_size(self, n):
+        """Refuse, before anything starts, a rank count this cluster cannot run."""
+        if self.client is not None and not self.owned:
+            have = len(self.engine_ids())
+            if n > have:
+                raise UsageError(f"{n} ranks requested but the connected cluster has {have} engines; use -n {have} "
+                                 f"or add engines to the cluster")
+            return
+        if (self._launcher if self.client is not None else self.engines.lower()) != "local":
+            return  # a scheduler decides what it can allocate
+        gpu_count = len(gpus.discover())
+        if gpu_count and n > gpu_count:
+            raise UsageError(f"{n} ranks requested but this host has {gpu_count} GPUs (one rank per GPU); use -n "
+                             f"{gpu_count} or fewer, or connect a bigger cluster (%dl_cluster connect --profile P, "
+                             f"or %dl_cluster start --engines slurm)")
+        if not gpu_count:
+            self._check_cpu_ranks(n)
+
+    def _check_cpu_ranks(self, n):
+        limit = self.cpu_rank_limit()
+        if n > limit:
+            raise UsageError(f"{n} ranks is more than this machine can run: without GPUs the local cluster takes at "
+                             f"most {limit} ranks on {os.cpu_count()} CPU cores (c.ClusterManager.max_cpu_ranks); "
+                             f"use -n {limit} or fewer, or connect a bigger cluster (%dl_cluster connect --profile "
+                             f"P, or %dl_cluster start --engines slurm)")
 
     def ensure(self, n):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""

@@ -123,6 +123,7 @@ class Launcher(Configurable):
         secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
         redact = secretsmod.Redactor(secret_values)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
+        self.cluster.check_size(n)
         job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
                                     options={k: v for k, v in vars(options).items() if k != "name"},
                                     **_kernel_identity()))

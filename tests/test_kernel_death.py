@@ -20,7 +20,7 @@ KERNEL = textwrap.dedent("""
     session.store.root = sys.argv[1]
     session.cluster.start(n=2)
     pids = [info["pid"] for info in session.cluster.describe(session.cluster.engine_ids())]
-    print(json.dumps({"engines": pids}), flush=True)
+    print(json.dumps({"engines": pids, "controller": session.cluster.cluster.controller.pid}), flush=True)
     jupyter_dl.distribute("while True:\\n    pass\\n", n=2, namespace={}, manual=True, name="orphan")
 """)
 
@@ -58,6 +58,11 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
         # The dead kernel's own engines then exit, so none keeps a GPU's memory (they check every 2 s).
         gone, alive = psutil.wait_procs(engines, timeout=10)
         assert not alive, f"engines {[p.pid for p in alive]} outlived the kernel that started them"
+        # And so does its controller with every helper process it started: nothing of the cluster is left.
+        rest = [p for p in cluster_processes if p.pid not in started["engines"]]
+        assert started["controller"] in [p.pid for p in rest]
+        gone, alive = psutil.wait_procs(rest, timeout=15)
+        assert not alive, f"{[(p.pid, p.name()) for p in alive]} outlived the kernel that started them"
     finally:
         kernel.kill()
         for proc in cluster_processes + engines:  # the orphaned cluster is not ours to keep

@@ -22,12 +22,14 @@ tokens = (x_train * 16).astype("int32"); tokens_test = (x_test * 16).astype("int
 y_sum = x_train.sum(axis=1, keepdims=True) / 64.0; y_sum_test = x_test.sum(axis=1, keepdims=True) / 64.0
 """
 
+# Indented like the cells below, which are dedented after concatenation.
 BUILD = """
-import keras
-keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                          keras.layers.Dense(10, activation="softmax")])
-model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        import keras
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
+                      metrics=["accuracy"])
 """
 
 ACCURACY = "float(model.evaluate(x_test, y_test, verbose=0)[1])"
@@ -389,7 +391,7 @@ def _setup(shell, digits, setup):
     if "%%distribute" in setup:
         local, distributed = setup.split("%%distribute -n 2\n")
         _run(shell, local)
-        _run(shell, "%%distribute -n 2\n" + distributed)
+        _run(shell, "%%distribute -n 2\n" + textwrap.dedent(distributed))
     elif setup.strip():
         _run(shell, setup)
 

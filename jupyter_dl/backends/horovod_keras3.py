@@ -262,8 +262,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     import keras
 
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise Keras3Unsupported(f"DistributedOptimizer: {type(optimizer).__name__} is not a Keras 3 optimizer; "
-                                "pass a keras.optimizers.* instance (legacy / tf.compat.v1 optimizers are gone)")
+        raise Keras3Unsupported(f"DistributedOptimizer: {type(optimizer).__name__} is not a Keras 3 optimizer; use a "
+                                "keras.optimizers.* instance (Keras 3 has no legacy / tf.compat.v1 optimizers)")
     reduction = _reduction(hvd.Average if op is None else op, compression or hvd.Compression.none, sparse_as_dense,
                            gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients,
                            (hvd.Average, hvd.Sum), "DistributedOptimizer")
@@ -309,7 +309,7 @@ def _wrap_compile():
     def compile(model, optimizer="rmsprop", *args, **kwargs):
         if isinstance(optimizer, _DistributedOptimizer):
             if kwargs.get("jit_compile") is True:
-                raise Keras3Unsupported("Horovod's collectives are not XLA ops: compile with jit_compile=False")
+                raise Keras3Unsupported("Horovod's collectives are not XLA ops; use jit_compile=False in compile")
             kwargs["jit_compile"] = False
         return compile_(model, optimizer, *args, **kwargs)
 
@@ -323,7 +323,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     import keras
 
     if legacy_opts:
-        raise Keras3Unsupported("load_model(legacy_opts=True): Keras 3 has no legacy optimizers; load without it")
+        raise Keras3Unsupported("load_model(legacy_opts=True): Keras 3 has no legacy optimizers; use load_model(path)")
     objects = {cls.__name__: cls for cls in custom_optimizers or ()}
     objects.update(custom_objects or {})
     model = keras.models.load_model(filepath, custom_objects=objects or None)

@@ -42,7 +42,7 @@ class KerasHooks:
         self.balance = balance          # measure rank speeds at fit start and split the global batch by them
         self.probe = probe              # profile the cell's fit instead of running it (--recommend)
         self.batch_size = batch_size    # the recommended per-rank batch, replacing the cell's
-        self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier)
+        self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier, rank)
         self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here = set()       # ids of train functions traced under these hooks (with the averaging)
 
@@ -102,7 +102,7 @@ class KerasHooks:
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
         callbacks = list(kwargs.get("callbacks") or [])
         if model.optimizer is not None:
-            self.updates.adopt(model.optimizer)  # its rate is scaled before any callback reads or sets it
+            self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume,
                                      float(self._weight_variable().numpy()), self.updates.mark_synced)]
         if checkpoint is not None:
@@ -133,9 +133,11 @@ class KerasHooks:
             model.jit_compile = False
         if model.train_function is not None and id(model.train_function) not in self._traced_here:
             model.train_function = None  # traced before this cell: it would update without averaging
+        self.updates.in_fit = True
         try:
             yield
         finally:
+            self.updates.in_fit = False
             if model.train_function is not None:
                 self._traced_here.add(id(model.train_function))
             model._jit_compile = jit

@@ -8,8 +8,10 @@ where we hook, on the classes, for the duration of one cell:
   averages before its finite check so every rank takes the same skip/apply decision, then calls its inner one);
 - the first update of any variable is preceded by a broadcast of rank 0's value (the ranks may have built their
   models with different random initialisations);
-- the learning rate is scaled the first time an optimizer is seen (constants, schedules and callables alike) and
-  put back when the cell ends.
+- the learning rate of an optimizer that `fit` drives is scaled (constants, schedules and callables alike) and put
+  back when the cell ends. `fit` gives each rank its own shard, so the global batch grows with the ranks; a custom
+  loop's batches are the same on every rank, so its averaged gradient is the one-process gradient and its learning
+  rate stays as written.
 """
 import threading
 
@@ -19,13 +21,17 @@ from ..backends import horovod as backend
 class DistributedUpdates:
     """Patch Keras optimizers' `apply` for one cell on one rank; use as a context manager."""
 
-    def __init__(self, lr_factor: float):
+    def __init__(self, lr_factor: float, rank: int = 0):
         self.lr_factor = lr_factor
+        self.rank = rank
+        self.in_fit = False             # set by the fit hook while Keras' fit runs
         self.gradient_weight = None     # this rank's share of the global batch x ranks (1.0 for an even split)
         self._patched = []              # (class, original apply)
         self._adopted = {}              # id(optimizer) -> optimizer, for as long as the cell runs
         self._collective_names = {}     # id(optimizer) -> name of its gradient allreduce, the same on every rank
         self._restore_lr = []           # callables putting learning rates back
+        self._scaled = set()            # ids of optimizers whose learning rate is scaled
+        self._noted = set()             # ids of optimizers the custom-loop note was printed for
         self._synced = set()            # ids of variables already holding rank 0's value
         self._updated = {}              # id(variable) -> variable, updated through a hooked optimizer
         self._local = threading.local()
@@ -50,6 +56,7 @@ class DistributedUpdates:
             restore()
         self._restore_lr.clear()
         self._adopted.clear()
+        self._scaled.clear()
         return False
 
     # ----------------------------------------------------------------------------------------------- apply
@@ -58,6 +65,8 @@ class DistributedUpdates:
 
         def apply(optimizer, grads, trainable_variables=None):
             updates.adopt(optimizer)
+            if not updates.in_fit:
+                updates._note_custom_loop(optimizer)
             if getattr(updates._local, "inside", False):  # an inner optimizer: the outer one averaged already
                 return original(optimizer, grads, trainable_variables)
             updates._local.inside = True
@@ -98,15 +107,27 @@ class DistributedUpdates:
 
     # ---------------------------------------------------------------------------------------- learning rate
     def adopt(self, optimizer):
-        """Scale this optimizer's learning rate once for this cell (and name its collective)."""
+        """Know this optimizer for the rest of the cell: name its collective (in the same order on every rank)."""
         if id(optimizer) in self._adopted:
             return
         self._adopted[id(optimizer)] = optimizer
         self._collective_names[id(optimizer)] = f"jdl_grads.{len(self._collective_names)}"
-        # A LossScaleOptimizer reads and writes its inner optimizer's learning rate; a MultiOptimizer's parts are
-        # adopted when it calls them.
-        if hasattr(optimizer, "inner_optimizer") or type(optimizer).__name__ == "MultiOptimizer":
+
+    def _note_custom_loop(self, optimizer):
+        if self.rank == 0 and id(optimizer) not in self._noted:
+            self._noted.add(id(optimizer))
+            print(f"[jupyter-dl] {type(optimizer).__name__} updates outside fit (a custom loop): every rank reads the "
+                  f"same batches, so this trains exactly as one process would, without a speed-up; fit shards the "
+                  f"data for you, or give each rank its part under --manual", flush=True)
+
+    def scale_for_sharded_data(self, optimizer):
+        """Scale the learning rate of an optimizer that trains on sharded data (fit), once per cell."""
+        self.adopt(optimizer)
+        # A LossScaleOptimizer reads and writes its inner optimizer's learning rate.
+        optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+        if id(optimizer) in self._scaled or type(optimizer).__name__ == "MultiOptimizer":
             return
+        self._scaled.add(id(optimizer))
         if self.lr_factor != 1.0:
             self._scale_learning_rate(optimizer)
 

@@ -114,7 +114,10 @@ def shard_generator(gen, rank, size):
     it must yield the same sequence on every rank (seeded shuffles)."""
     import itertools
 
-    return itertools.islice(gen, rank, None, size)
+    def rank_share():  # Keras accepts generators, not other iterators
+        yield from itertools.islice(gen, rank, None, size)
+
+    return rank_share()
 
 
 def per_rank_steps(steps, size):

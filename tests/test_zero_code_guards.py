@@ -1,0 +1,96 @@
+"""What zero-code mode says when it cannot do what a cell asks: ranks that trained apart are reported, names that
+could not come back are named and never keep an older value, and rank counts the machine cannot run are refused
+before anything starts. Real engines, real Horovod."""
+import os
+
+import pytest
+
+from jupyter_dl.errors import UsageError
+
+# Weights updated by hand (no optimizer), from a random initialisation that differs per rank (no seed): nothing
+# jupyter-dl can average, so the ranks end apart.
+UPDATED_BY_HAND = """
+import keras
+import tensorflow as tf
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+for start in range(0, 1400, 100):
+    with tf.GradientTape() as tape:
+        logits = model(x_train[start:start + 100])
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_train[start:start + 100], logits,
+                                                                           from_logits=True))
+    for variable, gradient in zip(model.trainable_variables, tape.gradient(loss, model.trainable_variables)):
+        variable.assign_sub(0.1 * gradient)
+"""
+
+
+def test_ranks_that_trained_apart_are_reported(shell, digits, capsys):
+    shell.user_ns.update(digits)
+    result = shell.run_cell("%%distribute -n 2\n" + UPDATED_BY_HAND, store_history=False)
+    assert result.success, result.error_in_exec
+    err = capsys.readouterr().err
+    assert "the ranks trained apart: model 'model' differs on rank 1" in err, err
+    assert "outside a Keras optimizer" in err
+    assert shell.user_ns["model"] is not None  # rank 0's model still comes back, with the warning
+
+
+def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsys):
+    shell.user_ns.update(digits)
+    through_optimizer = UPDATED_BY_HAND.replace(
+        "model = keras.Sequential", "optimizer = keras.optimizers.SGD(0.1)\nmodel = keras.Sequential").replace(
+        """    for variable, gradient in zip(model.trainable_variables, tape.gradient(loss, model.trainable_variables)):
+        variable.assign_sub(0.1 * gradient)""",
+        "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))")
+    assert "apply_gradients" in through_optimizer
+    result = shell.run_cell("%%distribute -n 2\n" + through_optimizer, store_history=False)
+    assert result.success, result.error_in_exec
+    assert "trained apart" not in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_come_back_is_named_and_its_old_value_removed(shell, digits, capsys):
+    shell.user_ns.update(digits)
+    shell.user_ns["model"] = "the model from an earlier cell"
+    # A subclass taking a layer as constructor argument, without get_config: Keras cannot rebuild it elsewhere.
+    cell = """
+import keras
+class Wrapper(keras.Model):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+    def call(self, x):
+        return self.inner(x)
+model = Wrapper(keras.layers.Dense(10, activation="softmax"))
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=1, verbose=0)
+trained = True
+"""
+    result = shell.run_cell("%%distribute -n 2\n" + cell, store_history=False)
+    assert result.success, result.error_in_exec
+    err = capsys.readouterr().err
+    assert "'model' did not come back from the engines" in err, err
+    assert "get_config" in err
+    assert "older value was removed" in err
+    assert "model" not in shell.user_ns          # no stale value that looks like the result
+    assert shell.user_ns["trained"] is True       # the other names came back
+
+
+def test_too_many_ranks_for_this_machine_are_refused_before_anything_starts(dl_session):
+    import jupyter_dl
+    from jupyter_dl import api
+
+    engines_before = len(dl_session.cluster.engine_ids())
+    jobs_before = len(api.session().jobs.all())
+    limit = dl_session.cluster.cpu_rank_limit()
+    assert limit == 2 * os.cpu_count()
+    with pytest.raises(UsageError, match=rf"more than this machine can run.*at most {limit} ranks.*connect a bigger"):
+        jupyter_dl.distribute("x = 1\n", n=99, namespace={})
+    assert len(dl_session.cluster.engine_ids()) == engines_before
+    assert len(api.session().jobs.all()) == jobs_before
+
+
+def test_local_cluster_start_refuses_too_many_cpu_engines():
+    from jupyter_dl.cluster import ClusterManager
+
+    cluster = ClusterManager()
+    with pytest.raises(UsageError, match="more than this machine can run"):
+        cluster.start(n=64)
+    assert cluster.client is None and cluster.cluster is None
