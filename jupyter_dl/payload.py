@@ -5,7 +5,9 @@ Keras models and layers travel through Keras 3's own pickling (a .keras archive 
 and functions they need (keras_objects). A History is sent without its model (which would be pickled twice) and
 re-attached on arrival.
 """
+import builtins
 import hashlib
+import types
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -50,8 +52,55 @@ def _is_history(value) -> bool:
     return cls.__name__ == "History" and cls.__module__.startswith("keras")
 
 
-def dumps(name, value, namespace=None) -> bytes:
-    """Serialise one value; raises with the reason when it cannot be sent."""
+@dataclass
+class FunctionPayload:
+    """A function defined in the cell, without the globals it read on the engine: it is rebuilt over the receiving
+    namespace, so in the notebook it reads the notebook's `model`, not a copy taken when it was sent."""
+    blob: bytes
+    tf_function: dict | None = None  # tf.function options, when it was one
+
+
+def _is_tf_function(value) -> bool:
+    return type(value).__module__.startswith("tensorflow") and callable(getattr(value, "python_function", None))
+
+
+def _function_payload(value) -> FunctionPayload | None:
+    fn = value.python_function if _is_tf_function(value) else value
+    if not isinstance(fn, types.FunctionType) or fn.__module__ != "__main__":
+        return None
+    bare = types.FunctionType(fn.__code__, {"__builtins__": builtins}, fn.__name__, fn.__defaults__, fn.__closure__)
+    bare.__kwdefaults__, bare.__qualname__, bare.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    bare.__module__ = "__main__"
+    bare.__dict__.update(fn.__dict__)
+    options = {"jit_compile": getattr(value, "_jit_compile", None)} if fn is not value else None
+    return FunctionPayload(cloudpickle.dumps(bare), options)
+
+
+def _rebuild_function(payload: FunctionPayload, namespace: dict):
+    fn = cloudpickle.loads(payload.blob)
+    rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    rebuilt.__kwdefaults__, rebuilt.__qualname__, rebuilt.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    rebuilt.__dict__.update(fn.__dict__)
+    if payload.tf_function is not None:
+        import tensorflow as tf
+
+        return tf.function(rebuilt, **payload.tf_function)
+    return rebuilt
+
+
+def _why_unsendable(value, exc) -> str:
+    if type(value).__module__.startswith("tensorflow") and "Dataset" in type(value).__name__:
+        return "a tf.data.Dataset is a TensorFlow pipeline that cannot leave the engine; build it in the notebook"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
+    """Serialise one value; raises with the reason when it cannot be sent. functions_by_reference: send functions
+    defined in the cell without the globals they read (the way back to the notebook)."""
+    if functions_by_reference:
+        function = _function_payload(value)
+        if function is not None:
+            return cloudpickle.dumps(function)
     if _is_history(value):
         model_name = None
         model = getattr(value, "model", None)
@@ -63,25 +112,16 @@ def dumps(name, value, namespace=None) -> bytes:
     return cloudpickle.dumps(value)
 
 
-def loads(blob: bytes, receivers_own: dict | None = None):
-    """The inverse of dumps. `receivers_own`: the receiving namespace's classes and functions, preferred to the
-    copies that travelled with a Keras object when they are not being replaced."""
-    value = cloudpickle.loads(blob)
-    if isinstance(value, keras_objects.KerasPayload):
-        value = keras_objects.loads(value, receivers_own)
-    return value
-
-
 def pack(names, namespace) -> dict:
-    """{name: bytes | Unsendable} for the names present in namespace."""
+    """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook."""
     out = {}
     for name in names:
         if name not in namespace:
             continue
         try:
-            out[name] = dumps(name, namespace[name], namespace)
+            out[name] = dumps(name, namespace[name], namespace, functions_by_reference=True)
         except Exception as exc:  # any pickling failure: report it, keep the others
-            out[name] = Unsendable(name, f"{type(exc).__name__}: {exc}")
+            out[name] = Unsendable(name, _why_unsendable(namespace[name], exc))
     return out
 
 
@@ -100,6 +140,8 @@ def unpack(packed: dict, namespace: dict | None = None) -> tuple[dict, dict]:
             continue
         if isinstance(value, keras_objects.KerasPayload):
             blobs[name] = value
+        elif isinstance(value, FunctionPayload):
+            values[name] = _rebuild_function(value, namespace if namespace is not None else {})
         else:
             values[name] = value
     receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}

@@ -128,9 +128,8 @@ class KerasHooks:
     @contextlib.contextmanager
     def _traced_with_hooks(self, model):
         """Run fit with a train step traced under these hooks, without XLA; the model's own settings come back."""
-        jit = model._jit_compile
-        if jit:
-            model.jit_compile = False
+        jit = model._jit_compile  # None until "auto" is resolved, which picks XLA on a GPU
+        model._jit_compile = False
         if model.train_function is not None and id(model.train_function) not in self._traced_here:
             model.train_function = None  # traced before this cell: it would update without averaging
         self.updates.in_fit = True
