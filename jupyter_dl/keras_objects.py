@@ -13,6 +13,7 @@ Keras also rebuilds a subclassed model by calling its constructor with the argum
 import inspect
 import sys
 import types
+import warnings
 from dataclasses import dataclass
 
 import cloudpickle
@@ -25,6 +26,9 @@ class KerasPayload:
     blob: bytes             # the object, pickled by Keras (a .keras archive)
     custom: bytes           # {name: class or function} it needs, pickled by value
     type_name: str = ""
+    # The optimizer's state (step count, moments): Keras' archive has it, but a model rebuilt from it compiles a
+    # fresh optimizer that is not built yet and skips loading it ("Skipping variable loading for optimizer").
+    optimizer_state: list | None = None
 
 
 def is_keras_saveable(value) -> bool:
@@ -39,7 +43,26 @@ def dumps(value, namespace=None) -> KerasPayload:
     except NotImplementedError as exc:  # Keras: a subclass whose constructor arguments it cannot record
         raise TypeError(f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
                         f"get_config() returning its constructor arguments") from None
-    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__)
+    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, _optimizer_state(value))
+
+
+def _optimizer_state(value):
+    optimizer = getattr(value, "optimizer", None)
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    return [variable.numpy() for variable in optimizer.variables]
+
+
+def _restore_optimizer_state(value, state):
+    optimizer = getattr(value, "optimizer", None)
+    if optimizer is None or state is None:
+        return
+    if not optimizer.built:
+        optimizer.build(value.trainable_variables)
+    variables = optimizer.variables
+    if len(variables) == len(state) and all(tuple(v.shape) == s.shape for v, s in zip(variables, state)):
+        for variable, saved in zip(variables, state):
+            variable.assign(saved)
 
 
 def loads(payload: KerasPayload, receivers_own: dict | None = None):
@@ -51,8 +74,11 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None):
     scope = cloudpickle.loads(payload.custom)
     scope.update({k: v for k, v in (receivers_own or {}).items() if k in scope})
     # Our own engines and kernel produced the archive: Lambda layers and other code in it are the user's own.
-    with keras.saving.custom_object_scope(scope), SafeModeScope(False):
-        return cloudpickle.loads(payload.blob)
+    with keras.saving.custom_object_scope(scope), SafeModeScope(False), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        value = cloudpickle.loads(payload.blob)
+    _restore_optimizer_state(value, payload.optimizer_state)
+    return value
 
 
 def custom_objects_of(value, namespace) -> dict:

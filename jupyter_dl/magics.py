@@ -1,11 +1,12 @@
 """Notebook magics: thin parsing over the API; every error is one line and starts nothing."""
+import os
 import shlex
 
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import api
-from .errors import UsageError
+from .errors import JobCancelled, UsageError
 from .launcher import CellWork
 from .live import summary as summary_mod
 from .options import _duration, _Parser, _positive_int, parse_distribute_line
@@ -51,9 +52,58 @@ def format_jobs(jobs) -> str:
         fraction = (job.get("progress") or {}).get("fraction")
         rows.append((job["id"], job["name"], job["state"], str(job["n"]),
                      "-" if fraction is None else f"{fraction:.0%}", f"{job['elapsed']:.1f}s",
-                     job.get("notebook") or "-"))
+                     _shown_path(job.get("notebook"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _shown_path(path, cwd=None) -> str:
+    """A job's notebook (stored absolute) as the reader of %dl_jobs knows it: relative to this kernel's working
+    directory (the notebook's folder) when it is under it, else with the home directory as ~, else as stored."""
+    if not path:
+        return "-"
+    cwd = cwd or os.getcwd()
+    relative = os.path.relpath(path, cwd) if os.path.isabs(path) else path
+    if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+        return relative
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~" + path[len(home):]
+    return path
+
+
+def _cancelled_line(error, jobs, store) -> str:
+    """One line for a cancel the user asked for: which job, from where, after how long, how far it got."""
+    job = next((j for j in reversed(jobs) if j.state == "cancelled"), None)
+    if job is None:
+        return f"[jupyter-dl] {error}"
+    source = store.cancel_source(job.id) if store is not None else None
+    progress = job.progress or {}
+    reached = (f" at epoch {progress['epoch']}/{progress['epochs']}"
+               if progress.get("epoch") is not None and progress.get("epochs") else "")
+    return (f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {source or 'the jobs panel or %dl_jobs cancel'}"
+            f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped")
+
+
+def _duration_text(seconds) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class CellCancelled(JobCancelled):
+    """What %%distribute raises for a cancel the user asked for: IPython shows its one line, no traceback, and the
+    cell still ends in error (so "Run all" stops there, as after an interrupt)."""
+
+    def __init__(self, line):
+        super().__init__(line)
+        self.line = line
+
+    def _render_traceback_(self):
+        return [self.line]
 
 
 def format_status(status: dict) -> str:
@@ -138,7 +188,7 @@ class DistributeMagics(Magics):
             if args.action in (None, "list"):
                 print(format_jobs(service.list_jobs(getattr(args, "state", None))))
             elif args.action == "cancel":
-                print(f"job {args.job_id}: {service.cancel(args.job_id)['state']}")
+                print(f"job {args.job_id}: {service.cancel(args.job_id, source='%dl_jobs cancel')['state']}")
             else:
                 print(service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
                       end="")
@@ -187,4 +237,6 @@ class DistributeMagics(Magics):
                                       show_view=True)
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
+        except JobCancelled as exc:  # asked for by the user: say what stopped, not where in our code
+            raise CellCancelled(_cancelled_line(exc, self.session.jobs.all(), self.session.store)) from None
         api.bind_results(result, self.shell.user_ns)

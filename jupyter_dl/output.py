@@ -5,9 +5,15 @@ line rewritten with a carriage return (progress bars) to its newest version. Onl
 change that way, so finished lines are forwarded once, and a rewritten last line is re-sent after a `\\r`.
 With several ranks shown, whole lines get a `[rank N] ` prefix (a partial line waits for its end, so two ranks
 never interleave inside a line).
+
+What native code (TensorFlow's C++ logging, gloo) wrote to a rank's fd 2 arrives tagged (runtime/native_stderr):
+it goes to the rank logs only, and to the cell too with `--output all`. The user's own prints, warnings and Keras
+progress stream as before.
 """
 import os
 import sys
+
+from .runtime.native_stderr import drop_native, untag
 
 # Native libraries write this straight to fd 2 on first import; it says nothing to a notebook user.
 _NOISE = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",)
@@ -22,13 +28,14 @@ class OutputRelay:
         self._seen = {(r, s): "" for r in self._ranks for s in self._sinks}   # text as of the last pump
         self._lines_done = {key: 0 for key in self._seen}                     # prefix mode: chars of whole lines sent
         self._redact = redact  # secrets never reach the cell
+        self._native = untag if show == "all" else drop_native  # native lines: shown with --output all only
 
     def pump(self, final=False):
         """Forward what arrived since the last call. final=True also flushes unfinished lines."""
         for rank in self._ranks:
             for stream, sink in self._sinks.items():
                 key = (rank, stream)
-                text = getattr(self._results[rank], stream) or ""
+                text = self._native(getattr(self._results[rank], stream) or "")
                 chunk = self._tagged(rank, key, text, final) if self._prefix else self._delta(key, text)
                 self._seen[key] = text
                 if stream == "stderr":

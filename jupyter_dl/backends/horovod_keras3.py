@@ -79,6 +79,7 @@ class _GradientReduction:
         import tensorflow as tf
 
         grads = list(grads)
+        variables = list(variables) if variables is not None else [None] * len(grads)
         shared = [i for i, g in enumerate(grads) if g is not None and not self.is_local(variables[i])]
         for chunk in self._chunks(shared, variables):
             tensors = [grads[i] for i in chunk]

@@ -68,10 +68,12 @@ class JobStore(Configurable):
         directory = self.job_dir(job_id) / "logs"
         directory.mkdir(parents=True, exist_ok=True)
         for rank, text in texts_by_rank.items():
-            _atomic_write(directory / f"rank{rank}.{stream}.log", text)
+            # Native lines (TensorFlow/absl, gloo) arrive tagged from the ranks; the log keeps them as plain lines.
+            _atomic_write(directory / f"rank{rank}.{stream}.log", untag_native(text))
 
-    def request_cancel(self, job_id):
-        """Ask the kernel running the job to stop it; the kernel polls for this file while the job runs."""
+    def request_cancel(self, job_id, source=None):
+        """Ask the kernel running the job to stop it; the kernel polls for this file while the job runs. `source`
+        (one short line: "the jobs panel", "%dl_jobs cancel") is kept in the file so the notebook can say it."""
         job = self.load(job_id)
         if job.finished:
             return job
@@ -79,11 +81,19 @@ class JobStore(Configurable):
             job.transition("lost", error="its kernel is gone")
             self.save(job)
             return job
-        (self.job_dir(job_id) / CANCEL_FILE).touch()
+        _atomic_write(self.job_dir(job_id) / CANCEL_FILE, _one_line(source or ""))
         return job
 
     def cancel_requested(self, job_id) -> bool:
         return (self.job_dir(job_id) / CANCEL_FILE).exists()
+
+    def cancel_source(self, job_id):
+        """Where a cancel came from, as request_cancel recorded it, or None (no cancel, or no source given)."""
+        try:
+            text = (self.job_dir(job_id) / CANCEL_FILE).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        return _one_line(text) or None
 
     def reap_lost(self, jobs=None):
         """Mark jobs whose kernel died as lost, so nothing stays 'running' forever. Returns those marked."""
@@ -100,9 +110,10 @@ class JobStore(Configurable):
         with open(self.job_dir(job_id) / "job.json", encoding="utf-8") as f:
             return Job.from_dict(json.load(f))
 
-    def metrics(self, job_id, since=0):
+    def metrics(self, job_id, since=0, limit=None):
         """(records from line `since` on, the line number to ask from next time). A last line still being
-        written (no newline yet) is left for the next call."""
+        written (no newline yet) is left for the next call. With `limit`, at most that many records: the next
+        line number then points just past the last one returned (ask again from there for the rest)."""
         path = self.job_dir(job_id) / "metrics.jsonl"
         if not path.exists():
             return [], since
@@ -114,6 +125,8 @@ class JobStore(Configurable):
                     break
                 if line_no > since and line.strip():
                     records.append(json.loads(line))
+                    if limit is not None and len(records) >= limit:
+                        break
         return records, max(since, line_no)
 
     def logs(self, job_id, rank=0, stream="stdout", tail=None):
@@ -186,6 +199,17 @@ def _kernel_alive(job) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    line = (text.strip().splitlines() or [""])[0].strip()
+    return line[:limit]
+
+
+def untag_native(text: str) -> str:
+    from ..runtime.native_stderr import untag
+
+    return untag(text)
 
 
 def _atomic_write(path: pathlib.Path, text: str):

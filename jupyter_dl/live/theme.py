@@ -1,7 +1,12 @@
 """Which JupyterLab theme the user runs, so the figure matches it.
 
 The kernel cannot ask the browser, but JupyterLab keeps the chosen theme in its user settings, which live beside
-the kernel in the usual single-host and JupyterHub setups. Backgrounds stay transparent either way.
+the kernel in the usual single-host and JupyterHub setups.
+
+A figure keeps its template after the user switches theme (the static copy left in the notebook most of all), so
+its background is its template's own, not transparent: plotly_white's dark text on a white card stays readable in
+a dark JupyterLab, plotly_dark's light text on near-black in a light one. In the matching theme the card has the
+page's own colour (white; JupyterLab dark's #111), so nothing shows.
 """
 import json
 import pathlib
@@ -36,3 +41,15 @@ def template_for(preference: str = "auto", settings_file=None) -> str:
     if preference == "dark" or (preference == "auto" and jupyterlab_theme_is_dark(settings_file)):
         return DARK_TEMPLATE
     return LIGHT_TEMPLATE
+
+
+def background_for(template: str) -> dict:
+    """The template's own paper and plot background colours, as layout settings ({} for an unknown template)."""
+    try:
+        import plotly.io as pio
+
+        layout = pio.templates[template].layout
+    except (ImportError, KeyError, ValueError):
+        return {}
+    return {key: value for key in ("paper_bgcolor", "plot_bgcolor")
+            if (value := getattr(layout, key, None)) is not None}

@@ -54,10 +54,14 @@ class LiveView:
         self._handle = _display(box, display_id=True)
 
     def _layout(self, job):
+        from .theme import background_for
+
+        # The template's own background, not a transparent one: the static copy outlives a theme switch.
+        backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(self.template)}
         return dict(
             template=self.template, height=360, margin=dict(l=50, r=50, t=40, b=40),
             title=dict(text=f"{job.name} · {job.n} ranks", font=dict(size=13)),
-            paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+            **backgrounds,
             xaxis=dict(title="step"), yaxis=dict(title="loss"),
             yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False),
             legend=dict(orientation="h", y=-0.2),

@@ -49,8 +49,13 @@ class KerasHooks:
     def __enter__(self):
         import keras
 
+        from keras.src.trainers.trainer import Trainer
+
         self._keras = keras
-        self._orig_compile = keras.Model.compile
+        # On Trainer, where Keras looks for it: a Model whose class attribute differs counts as having a custom
+        # compile, and keras.models.load_model then leaves it uncompiled.
+        self._trainer = Trainer
+        self._orig_compile = Trainer.compile
         self._orig_fit = keras.Model.fit
         self._dtype_policy = keras.config.dtype_policy()
         hooks = self
@@ -63,12 +68,12 @@ class KerasHooks:
             return hooks._fit(model, x, y, args, kwargs)
 
         self.updates.__enter__()
-        keras.Model.compile = compile
+        Trainer.compile = compile
         keras.Model.fit = fit
         return self
 
     def __exit__(self, *exc):
-        self._keras.Model.compile = self._orig_compile
+        self._trainer.compile = self._orig_compile
         self._keras.Model.fit = self._orig_fit
         self.updates.__exit__(*exc)
         # A cell's mixed-precision policy must not leak into the next job on this engine.

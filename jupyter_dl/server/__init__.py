@@ -7,7 +7,7 @@ def _load_jupyter_server_extension(serverapp):
     from .service import JobService
 
     store = JobStore(config=serverapp.config)
-    setup_handlers(serverapp.web_app, JobService(store))
+    setup_handlers(serverapp.web_app, JobService(store, root_dir=serverapp.root_dir))
     serverapp.log.info(f"jupyter-dl: jobs API at /jupyter-dl/api (store {store.root})")
 
 

@@ -66,14 +66,15 @@ class JobHandler(_Base):
     @web.authenticated
     @authorized
     def delete(self, job_id):
-        return self._call(self.service.cancel, job_id, status=202, viewer=self.viewer)
+        return self._call(self.service.cancel, job_id, status=202, viewer=self.viewer, source="the jobs panel")
 
 
 class MetricsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self, job_id):
-        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"), viewer=self.viewer)
+        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"), viewer=self.viewer,
+                          limit=self.get_query_argument("limit", None))
 
 
 class LogsHandler(_Base):

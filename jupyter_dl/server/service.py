@@ -2,6 +2,7 @@
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
+import os
 import time
 
 from ..jobs import FINAL_STATES, STATES, Job
@@ -33,10 +34,22 @@ class BadRequest(ServiceError):
 
 class JobService:
     """Every method takes `viewer`: a user name to restrict to that user's jobs (another user's job is reported
-    exactly like a missing one), or None for a single-user server, where every job in the store is the owner's."""
+    exactly like a missing one), or None for a single-user server, where every job in the store is the owner's.
 
-    def __init__(self, store):
+    `root_dir` is the Jupyter server's root: jobs store the notebook's absolute path (what the kernel knows), and
+    the REST payload gives it relative to that root in `notebook` (what JupyterLab's document manager opens), with
+    the stored path in `notebook_file`. A notebook outside the root has `notebook: null`. Without a root_dir (the
+    magics) records are returned as stored."""
+
+    def __init__(self, store, root_dir=None):
         self.store = store
+        self.root_dir = root_dir
+
+    def _present(self, record):
+        stored = record.get("notebook")
+        if self.root_dir is None or not stored:
+            return record
+        return {**record, "notebook": notebook_path(stored, self.root_dir), "notebook_file": stored}
 
     def _job(self, job_id, viewer=None):
         if not job_id or "/" in job_id or job_id.startswith("."):
@@ -65,27 +78,31 @@ class JobService:
         for record in reversed(records):  # newest first
             record = lost.get(record["id"], record)
             if wanted is None or record["state"] in wanted:
-                out.append(record if "elapsed" in record and record["state"] in FINAL_STATES
-                           else {**record, "elapsed": _elapsed(record, now)})
+                out.append(self._present(record if "elapsed" in record and record["state"] in FINAL_STATES
+                                         else {**record, "elapsed": _elapsed(record, now)}))
         return out
 
     def get(self, job_id, viewer=None):
         job = self._job(job_id, viewer)
         self.store.reap_lost([job])
-        return job.to_dict()
+        return self._present(job.to_dict())
 
-    def cancel(self, job_id, viewer=None):
+    def cancel(self, job_id, viewer=None, source=None):
+        """Ask the job's kernel to stop it. `source` says where the cancel came from (the kernel tells the user)."""
         job = self._job(job_id, viewer)
         if job.finished:
             raise NotRunning(f"job {job_id} already {job.state}")
-        job = self.store.request_cancel(job_id)
+        job = self.store.request_cancel(job_id, source)
         return {"id": job_id, "state": job.state if job.finished else "cancelling"}
 
-    def metrics(self, job_id, since=0, viewer=None):
+    def metrics(self, job_id, since=0, viewer=None, limit=None):
+        """Records from line `since` on (at most `limit` of them), the `next` line to ask from, and `more`: whether
+        a limited page stopped before the end of what is written now (ask again at once rather than next tick)."""
         self._job(job_id, viewer)
         since = _non_negative_int(since, "since")
-        records, next_line = self.store.metrics(job_id, since)
-        return {"records": records, "next": next_line}
+        limit = None if limit in (None, "") else _non_negative_int(limit, "limit") or None
+        records, next_line = self.store.metrics(job_id, since, limit)
+        return {"records": records, "next": next_line, "more": limit is not None and len(records) >= limit}
 
     def logs(self, job_id, rank=0, tail=None, stream="stdout", viewer=None):
         self._job(job_id, viewer)
@@ -102,6 +119,19 @@ class JobService:
         from .cluster_info import clusters, gpu_stats
 
         return {"clusters": clusters(), "gpus": gpu_stats()}
+
+
+def notebook_path(path, root_dir):
+    """`path` (absolute, as a kernel's JPY_SESSION_NAME gives it) relative to `root_dir`, '/'-separated, or None
+    when it lies outside the root. A relative path is already relative to the root and is returned as it is."""
+    if not os.path.isabs(path):
+        return path.replace(os.sep, "/")
+    root = os.path.abspath(os.path.expanduser(root_dir))
+    for base, target in ((root, os.path.abspath(path)), (os.path.realpath(root), os.path.realpath(path))):
+        relative = os.path.relpath(target, base)
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative.replace(os.sep, "/")
+    return None
 
 
 def _elapsed(record, now):
