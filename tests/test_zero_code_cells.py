@@ -193,7 +193,7 @@ CASES = [
         model = keras.Sequential([base, keras.layers.Dense(32, activation="relu"),
                                   keras.layers.Dense(10, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-        model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
+        model.fit(x_train, y_train, epochs=10, batch_size=32, verbose=0)
     """),
     case("multi-output-losses-dict", """
         import keras
@@ -223,7 +223,7 @@ CASES = [
         labels = pd.Series(y_train, name="digit")
     """, cell=BUILD + """
         history = model.fit(frame, labels, epochs=4, batch_size=32, verbose=0, validation_split=0.1)
-    """),
+    """, score="float(model.evaluate(pd.DataFrame(x_test, columns=frame.columns), pd.Series(y_test), verbose=0)[1])"),
     case("tf-data-dataset-batched-and-shuffled", BUILD + """
         import tensorflow as tf
         train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(1400, seed=1).batch(32)

@@ -7,11 +7,14 @@ import pytest
 
 from jupyter_dl.errors import UsageError
 
-# Weights updated by hand (no optimizer), from a random initialisation that differs per rank (no seed): nothing
+# Weights updated by hand (no optimizer), from a random initialisation that differs per rank (as without a seed;
+# the engines' generators may share a state left by an earlier seeded cell, so each seeds from its pid): nothing
 # jupyter-dl can average, so the ranks end apart.
 UPDATED_BY_HAND = """
+import os
 import keras
 import tensorflow as tf
+keras.utils.set_random_seed(os.getpid() % 100000)
 model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
 for start in range(0, 1400, 100):
     with tf.GradientTape() as tape:
