@@ -125,3 +125,38 @@ def test_engines_with_different_keras_histories_still_agree(dl_session, digits):
     rank0, rank1 = jupyter_dl.distribute(_train, n=2, kwargs={**digits, "epochs": 1}, all_ranks=True, timeout=120)
     for w0, w1 in zip(rank0["weights"], rank1["weights"]):
         np.testing.assert_array_equal(w0, w1)
+
+
+def _learning_rates_during_fit(kind):
+    """The rate the optimizer applies in each epoch, for a schedule object or a LearningRateScheduler callback."""
+    import keras
+
+    if kind == "schedule":
+        rate = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1000, decay_rate=0.5)
+        callbacks = []
+    else:
+        rate = 0.1
+        callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.1 * 0.5 ** epoch)]
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(rate), loss="mse")
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    model.fit(np.zeros((8, 2)), np.zeros((8, 1)), epochs=3, batch_size=4, verbose=0, callbacks=callbacks + [Probe()])
+    return seen, float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+
+
+def test_learning_rate_schedules_are_scaled_like_constants(dl_session):
+    seen, _ = jupyter_dl.distribute(_learning_rates_during_fit, n=2, args=("schedule",))
+    assert seen[0] == pytest.approx(0.2, rel=1e-3)  # 0.1 at step 0, times 2 ranks
+
+
+def test_learning_rate_scheduler_callback_works_in_single_rank_units(dl_session):
+    seen, after = jupyter_dl.distribute(_learning_rates_during_fit, n=2, args=("callback",))
+    # The cell's schedule says 0.1, 0.05, 0.025 for one rank; two ranks apply twice that.
+    assert seen == pytest.approx([0.2, 0.1, 0.05], rel=1e-5)
+    # Inside the cell the optimizer keeps the rate it applies; the notebook gets single-rank units back (test_magics).
+    assert after == pytest.approx(0.05, rel=1e-5)
