@@ -112,6 +112,23 @@ class Launcher(Configurable):
         self._backend_checked = False
 
     # -------------------------------------------------------------------------------------------------- run
+    def warm_up(self):
+        """Import Horovod's TensorFlow side in the background (TensorFlow takes seconds to import), so that the
+        first job after `%dl_cluster start` does not pay for it; run() checks again and reports any problem."""
+        import threading
+
+        def check_quietly():
+            try:
+                backend.check_installed()
+                self._backend_checked = True
+                import ipywidgets  # noqa: F401  (the live view's, about a second between them)
+                import plotly.graph_objects  # noqa: F401
+            except Exception:
+                pass
+
+        if not self._backend_checked:
+            threading.Thread(target=check_quietly, daemon=True, name="jdl-warm-up").start()
+
     def run(self, work, options: RunOptions, stdout=None, stderr=None, observers=()) -> RunResult:
         """Run the work on the cluster. Observers get started(job), update(state) while it runs, and
         finished(job, state) at the end, whatever the outcome."""

@@ -29,6 +29,7 @@ _SHIPPED = {}
 
 
 _ORPHAN_WATCH = []  # the thread that ends this engine when the kernel that owns its cluster is gone
+_PRELOAD = []       # the thread importing TensorFlow and Horovod while the engine waits for its first job
 
 
 def describe(exit_with_kernel=None):
@@ -39,9 +40,25 @@ def describe(exit_with_kernel=None):
                                  name="jdl-orphan-watch")
         _ORPHAN_WATCH.append(watch)
         watch.start()
+    if not _PRELOAD:  # the first job should not wait ~10 s for TensorFlow and Horovod to import
+        preload = threading.Thread(target=_preload, daemon=True, name="jdl-preload")
+        _PRELOAD.append(preload)
+        preload.start()
     # The GPU an engine was pinned to when it started (one per engine), to place ranks on the GPUs a pool granted.
     return {"hostname": socket.gethostname(), "pid": os.getpid(),
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
+
+
+def _preload():
+    try:
+        backend.preload()
+    except Exception:  # the first job imports again and reports what is wrong, in its cell
+        pass
+
+
+def preloaded() -> bool:
+    """Whether this engine has TensorFlow and Horovod imported (after describe() started the import)."""
+    return bool(_PRELOAD) and not _PRELOAD[0].is_alive()
 
 
 def manifest():
