@@ -298,6 +298,21 @@ CASES = [
         history = model.fit(x_train, y_train, epochs=4, initial_epoch=2, batch_size=32, verbose=0)
         saved = sorted(os.listdir(folder))
     """, check="saved == ['best.keras'] and len(history.history['loss']) == 2"),
+    case("tf-keras-spelling-and-model-save", """
+        import os, tempfile
+        import tensorflow as tf
+        tf.keras.utils.set_random_seed(0)
+        model = tf.keras.models.Sequential([tf.keras.layers.Input(shape=(64,)),
+                                            tf.keras.layers.Dense(64, activation="relu"),
+                                            tf.keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate=0.002),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+        model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
+        path = os.path.join(tempfile.mkdtemp(prefix="jdl-save-"), "digits.keras")
+        model.save(path)
+        reloaded = tf.keras.models.load_model(path)
+        same_after_reload = bool(np.allclose(reloaded.predict(x_test, verbose=0), model.predict(x_test, verbose=0)))
+    """, check="same_after_reload and os.path.exists(path)"),
     case("cnn-on-images", """
         import keras
         keras.utils.set_random_seed(0)

@@ -97,3 +97,25 @@ def test_local_cluster_start_refuses_too_many_cpu_engines():
     with pytest.raises(UsageError, match="more than this machine can run"):
         cluster.start(n=64)
     assert cluster.client is None and cluster.cluster is None
+
+
+def test_model_save_to_a_shared_path_is_written_by_rank_0_and_readable_by_all(shell, digits, tmp_path, capsys):
+    shell.user_ns.update(digits)
+    shell.user_ns["path"] = str(tmp_path / "digits.keras")
+    cell = """
+import os
+import keras
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=1, verbose=0)
+model.save(path)
+reloaded = keras.models.load_model(path)          # every rank reads the file back at once
+import horovod.tensorflow as hvd_check
+import numpy as np
+same = hvd_check.allgather_object(bool(np.allclose(reloaded.predict(x_test, verbose=0),
+                                                   model.predict(x_test, verbose=0))))
+"""
+    result = shell.run_cell("%%distribute -n 2\n" + cell, store_history=False)
+    assert result.success, result.error_in_exec
+    assert shell.user_ns["same"] == [True, True]  # rank 1 waited for rank 0's write and read a whole file
+    assert os.path.exists(shell.user_ns["path"])

@@ -8,11 +8,12 @@ While a cell runs:
 - fit: in-memory arrays, tf.data datasets, PyDatasets and generators are sharded by rank to equal sizes (a rank with
   one batch more would wait forever in the last allreduce); rank 0's initial variables are broadcast; epoch metrics
   are averaged across ranks before History, callbacks and the progress bar see them; only rank 0 prints and writes
-  files; learning-rate callbacks work in single-rank units.
+  files (callbacks that write, and `model.save`/`save_weights`); learning-rate callbacks work in single-rank units.
 Everything is restored when the cell ends, including learning rates and the dtype policy, so the model that comes
 back to the notebook is an ordinary Keras model.
 """
 import contextlib
+import itertools
 import math
 
 from ..backends import horovod as backend
@@ -45,6 +46,7 @@ class KerasHooks:
         self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier, rank)
         self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here = set()       # ids of train functions traced under these hooks (with the averaging)
+        self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
 
     def __enter__(self):
         import keras
@@ -52,12 +54,9 @@ class KerasHooks:
         from keras.src.trainers.trainer import Trainer
 
         self._keras = keras
-        # On Trainer, where Keras looks for it: a Model whose class attribute differs counts as having a custom
-        # compile, and keras.models.load_model then leaves it uncompiled.
-        self._trainer = Trainer
+        self._dtype_policy = keras.config.dtype_policy()
         self._orig_compile = Trainer.compile
         self._orig_fit = keras.Model.fit
-        self._dtype_policy = keras.config.dtype_policy()
         hooks = self
 
         def compile(model, *args, **kwargs):
@@ -67,14 +66,33 @@ class KerasHooks:
         def fit(model, x=None, y=None, *args, **kwargs):
             return hooks._fit(model, x, y, args, kwargs)
 
+        def on_rank0_only(original):
+            # Every rank runs the cell's `model.save(path)`: a path shared by the ranks is written once, by rank 0
+            # (the ranks' models are equal), and the others wait for it, since the cell may read it back on the
+            # next line. A path of the rank's own (a temporary folder made in the cell) is written by its rank.
+            def save(model, *args, **kwargs):
+                path = str(args[0] if args else kwargs.get("filepath", ""))
+                k = next(hooks._saves)
+                shared = backend.broadcast_object(path, name=f"jdl.save.{k}") == path
+                result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
+                backend.broadcast_object(None, name=f"jdl.saved.{k}")
+                return result
+            return save
+
         self.updates.__enter__()
-        Trainer.compile = compile
-        keras.Model.fit = fit
+        # compile on Trainer, where Keras looks for it: a Model class whose compile differs counts as customised,
+        # and keras.models.load_model then leaves the model uncompiled.
+        self._patches = [(Trainer, "compile", compile), (keras.Model, "fit", fit),
+                         (keras.Model, "save", on_rank0_only(keras.Model.save)),
+                         (keras.Model, "save_weights", on_rank0_only(keras.Model.save_weights))]
+        self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
+        for owner, name, _, patched in self._patches:
+            setattr(owner, name, patched)
         return self
 
     def __exit__(self, *exc):
-        self._trainer.compile = self._orig_compile
-        self._keras.Model.fit = self._orig_fit
+        for owner, name, original, _ in reversed(self._patches):
+            setattr(owner, name, original)
         self.updates.__exit__(*exc)
         # A cell's mixed-precision policy must not leak into the next job on this engine.
         self._keras.config.set_dtype_policy(self._dtype_policy)
