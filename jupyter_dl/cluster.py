@@ -98,6 +98,7 @@ class ClusterManager(Configurable):
             self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
             self._wait_for(n)
+            self.describe(self.engine_ids())  # also starts each engine importing TensorFlow and Horovod
         except BaseException:
             self.stop()  # also withdraws the scheduler request
             raise
@@ -231,7 +232,7 @@ class ClusterManager(Configurable):
                      else f"a cluster with engines from {self._launcher}")
             devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
             print(f"[jupyter-dl] started {where}: {status['engines']} engines ({devices}); %dl_cluster stop ends it",
-                  file=sys.stderr)
+                  flush=True)  # progress, not an error: ordinary output
         have = len(self.engine_ids())
         if have < n:
             if not self.owned:

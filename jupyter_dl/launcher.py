@@ -65,10 +65,12 @@ class RunResult:
 class Launcher(Configurable):
     rendezvous_address = Unicode(
         "", help="Address ranks use to reach the kernel's rendezvous server. Empty: 127.0.0.1 when every engine runs "
-                 "on this host, else this host's resolved address."
+                 "on this host, else the first of this host's addresses that every rank's host can reach (probed "
+                 "before each job)."
     ).tag(config=True)
     network_interface = Unicode(
-        "", help="Network interface gloo uses between ranks. Empty: 'lo' when all ranks are local, else 'eth0'."
+        "", help="Network interface gloo uses between ranks (the same name on every host). Empty: 'lo' when all "
+                 "ranks are local, else on each host the interface its route to this kernel leaves through."
     ).tag(config=True)
     collective_timeout = Float(
         120.0, help="Seconds a rank waits for its peers in rendezvous and collectives (HOROVOD_GLOO_TIMEOUT_SECONDS)."
@@ -100,6 +102,7 @@ class Launcher(Configurable):
                           ).tag(config=True)
     INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
     PEER_PATIENCE = 1.0     # seconds after a rank failed before its peers are interrupted
+    PROBE_TIMEOUT = 10.0    # seconds for ranks on other hosts to say which of this host's addresses they reach
 
     point_budget = Integer(2000, help="Most points per trace kept for the live figure (the full series goes to "
                                       "the job's metrics.jsonl).").tag(config=True)
@@ -331,11 +334,13 @@ class Launcher(Configurable):
                  attempt=0):
         from .runtime import rank as rank_mod
 
-        all_local = self.cluster.all_local(ids)
-        address = self.rendezvous_address or ("127.0.0.1" if all_local else _this_host_address())
-        interface = self.network_interface or ("lo" if all_local else "eth0")
-        rendezvous = backend.Rendezvous(job.hosts, address, interface, self.collective_timeout)
         client = self.cluster.client
+        rendezvous = backend.Rendezvous(job.hosts, self.collective_timeout)
+        try:
+            address, interfaces = self._route(ids, rendezvous.port)
+        except BaseException:
+            rendezvous.stop()
+            raise
         base = {"size": len(ids), "names_in": shipment["names_in"], "names_out": shipment["names_out"],
                 "manual": options.manual, "lr_scale": options.lr_scale, "job_name": job.name,
                 "stream_metrics": options.stream_metrics, "secrets": secret_values,
@@ -350,7 +355,8 @@ class Launcher(Configurable):
         else:
             base.update(mode="fn", fn=shipment["fn"], all_ranks=work.all_ranks)
         try:
-            ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": rendezvous.environments[r]})
+            environments = rendezvous.environments(address, interfaces)
+            ars = [client[eid].apply_async(rank_mod.run, {**base, "rank": r, "env": environments[r]})
                    for r, eid in enumerate(ids)]
             job.transition("running")
             if attempt == 0:  # a restart goes on in the same view
@@ -427,6 +433,21 @@ class Launcher(Configurable):
             self.cluster.replace_dead(died)  # so the next cell finds as many engines as before
         return outcomes, (status, failed_order, dict(feed.stalls))
 
+    def _route(self, ids, port):
+        """(rendezvous address, gloo interface per rank). Ranks all on this host talk over loopback; ranks elsewhere
+        probe which of this host's addresses they reach, and through which of their own interfaces."""
+        n = len(ids)
+        if self.cluster.all_local(ids):
+            return self.rendezvous_address or "127.0.0.1", [self.network_interface or "lo"] * n
+        from . import network
+        from .runtime import reach
+
+        candidates = [self.rendezvous_address] if self.rendezvous_address else network.candidate_addresses()
+        view = self.cluster.client.direct_view(ids)
+        probes = view.apply_async(reach.probe, candidates, port).get(timeout=self.PROBE_TIMEOUT)
+        address, interfaces = network.choose_route(probes, candidates, port)
+        return address, [self.network_interface] * n if self.network_interface else interfaces
+
     def _interrupt(self, engine_ids):
         if engine_ids:
             self.cluster.client.send_signal(signal.SIGINT, targets=engine_ids, block=False)
@@ -446,7 +467,8 @@ class Launcher(Configurable):
             print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
             raise KeyboardInterrupt
         if status == "cancelled":
-            job.transition("cancelled", error="cancelled from the jobs panel or %dl_jobs cancel")
+            source = self.registry.store.cancel_source(job.id) if self.registry.store is not None else None
+            job.transition("cancelled", error=f"cancelled from {source or 'the jobs panel or %dl_jobs cancel'}")
             raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); "
                                f"all {job.n} ranks stopped")
         if status == "timeout":
@@ -638,9 +660,3 @@ def _kernel_identity():
     except Exception:  # not in a kernel (scripts, tests)
         pass
     return identity
-
-
-def _this_host_address():
-    import socket
-
-    return socket.gethostbyname(socket.gethostname())

@@ -81,17 +81,18 @@ def _cancelled_line(error, jobs, store) -> str:
     progress = job.progress or {}
     reached = (f" at epoch {progress['epoch']}/{progress['epochs']}"
                if progress.get("epoch") is not None and progress.get("epochs") else "")
-    return (f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {source or 'the jobs panel or %dl_jobs cancel'}"
+    where = source or "the jobs panel or %dl_jobs cancel"
+    return (f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
             f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped")
 
 
 def _duration_text(seconds) -> str:
     seconds = max(0.0, float(seconds))
     if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
 class CellCancelled(JobCancelled):
@@ -162,6 +163,7 @@ class DistributeMagics(Magics):
             cluster = self.session.cluster
             if args.action == "start":
                 print(format_status(cluster.start(args.n, args.gpus, args.engines)))
+                self.session.launcher.warm_up()
             elif args.action == "connect" and args.cluster_file:
                 print(format_status(cluster.connect_file(args.cluster_file)))
             elif args.action == "connect":
@@ -224,6 +226,17 @@ class DistributeMagics(Magics):
         except (UsageError, ValueError) as exc:
             raise IPythonUsageError(str(exc)) from None
         return recommendation
+
+    @line_magic
+    def dl_template(self, line):
+        """%dl_template X Y [--kind tabular|image|sequence|tokens] [--task classification|regression] [--epochs E]
+        [--batch-size B] -- write a new cell below with a Keras model, compile and fit for X, Y under %%distribute."""
+        from .template import dl_template_magic
+
+        try:
+            dl_template_magic(self.shell, line)
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
 
     @cell_magic
     def distribute(self, line, cell):

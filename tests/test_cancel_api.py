@@ -60,3 +60,31 @@ async def test_delete_stops_every_rank_within_3s(jp_fetch, dl_session):
 
 def _seven():
     return 7
+
+
+def test_a_cancelled_cell_says_one_line_and_no_traceback(shell, dl_session, capsys):
+    """Through a real IPython shell: a cancel the user asked for (%dl_jobs cancel here; the panel's goes through the
+    same store) ends the cell with one line saying what, from where and after how long, and no traceback."""
+    from jupyter_dl.server.service import JobService
+
+    def cancel_when_running():
+        job = _wait_running(dl_session, "cancel-one-line")
+        time.sleep(0.5)
+        JobService(dl_session.store).cancel(job.id, source="%dl_jobs cancel")
+
+    canceller = threading.Thread(target=cancel_when_running, daemon=True)
+    canceller.start()
+    result = shell.run_cell("%%distribute -n 2 --manual --name cancel-one-line\n" + ENDLESS, store_history=False)
+    canceller.join(10)
+    shown = capsys.readouterr()
+    assert isinstance(result.error_in_exec, JobCancelled)  # still an error: "Run all" stops here
+    lines = [line for line in (shown.out + shown.err).splitlines() if line.strip()]
+    error_lines = [line for line in lines if "was cancelled" in line]
+    assert len(error_lines) == 1, lines
+    line = error_lines[0]
+    assert "'cancel-one-line'" in line and "from %dl_jobs cancel" in line and "all 2 ranks stopped" in line, line
+    assert " after " in line and line.rstrip().split(" after ")[1][0].isdigit(), line
+    text = shown.out + shown.err
+    assert "Traceback" not in text and "launcher.py" not in text and "api.py" not in text, text
+    job = next(j for j in reversed(dl_session.jobs.all()) if j.name == "cancel-one-line")
+    assert job.id in line and dl_session.store.load(job.id).state == "cancelled"

@@ -151,3 +151,44 @@ def test_theme_follows_jupyterlab_settings(tmp_path):
     assert template_for("auto", settings) == "plotly_white"
     assert template_for("auto", tmp_path / "missing") == "plotly_white"
     assert template_for("dark", settings) == "plotly_dark"
+
+
+def _luminance(colour):
+    """WCAG relative luminance of a CSS colour plotly writes ('white', '#2a3f5f', 'rgb(17,17,17)')."""
+    import plotly.colors
+
+    named = {"white": (255, 255, 255), "black": (0, 0, 0)}
+    if colour in named:
+        rgb = named[colour]
+    elif colour.startswith("#"):
+        rgb = plotly.colors.hex_to_rgb(colour)
+    else:
+        rgb = plotly.colors.unlabel_rgb(colour)
+    channels = [c / 255 for c in rgb]
+    channels = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
+
+
+def _contrast(a, b):
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("template", ["plotly_white", "plotly_dark"])
+def test_static_figure_carries_its_own_readable_background(template):
+    """The static copy left in the notebook outlives a theme switch: its background is its template's, opaque, and
+    its text reads on it (a transparent one put plotly_white's dark text on JupyterLab Dark's near-black)."""
+    import plotly.io as pio
+
+    from jupyter_dl.live.view import static_figure_bundle
+
+    view = LiveView(template=template, show_plot=True)
+    view.started(type("J", (), {"name": "themed", "n": 2})())
+    state = TrainingState()
+    state.consume(_synthetic(50))
+    view.update(state, force=True)
+    layout = static_figure_bundle(view.figure)["application/vnd.plotly.v1+json"]["layout"]
+    paper, plot = layout["paper_bgcolor"], layout["plot_bgcolor"]
+    assert "rgba" not in paper and "rgba" not in plot  # opaque
+    text = pio.templates[template].layout.font.color
+    assert _contrast(text, paper) >= 4.5 and _contrast(text, plot) >= 4.5, (template, text, paper, plot)

@@ -58,3 +58,68 @@ def test_native_library_noise_is_dropped_from_stderr():
                      "UserWarning: a real warning\n")
     relay.pump(final=True)
     assert err.getvalue() == "UserWarning: a real warning\n"
+
+
+NATIVE = ("E0000 00:00:1732380000.123 4242 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+          "Failed call to cuInit: UNKNOWN ERROR (303)")
+
+
+def _native_stderr_through_a_pipe(user_writes):
+    """What a rank's sys.stderr holds after NativeStderr (the real one, over a real fd-2 pipe) forwarded a native
+    line while the user's own code wrote to sys.stderr."""
+    import os
+    import sys
+
+    from jupyter_dl.runtime.native_stderr import NativeStderr
+
+    captured = io.StringIO()
+    sys.stderr.flush()
+    with NativeStderr(captured):
+        captured.write(user_writes[0])
+        os.write(2, (NATIVE + "\n").encode())
+        import time
+
+        deadline = time.monotonic() + 5
+        while NATIVE not in captured.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        captured.write(user_writes[1])
+    return captured.getvalue()
+
+
+def test_native_lines_reach_the_logs_but_not_the_cell():
+    from jupyter_dl.jobs.store import JobStore
+
+    text = _native_stderr_through_a_pipe(["UserWarning: mine\n", "second line of mine\n"])
+    assert NATIVE in text
+    result = SimpleNamespace(stdout="", stderr=text)
+    err = io.StringIO()
+    OutputRelay({0: result}, "rank0", stdout=io.StringIO(), stderr=err).pump(final=True)
+    assert err.getvalue() == "UserWarning: mine\nsecond line of mine\n"  # the user's writes, in order, nothing else
+
+    import tempfile
+
+    store = JobStore(root=tempfile.mkdtemp())
+    store.write_logs("j1", {0: text}, "stderr")
+    assert store.logs("j1", 0, "stderr") == "UserWarning: mine\n" + NATIVE + "\nsecond line of mine\n"
+
+
+def test_native_lines_show_with_output_all_and_a_cut_user_line_survives():
+    from jupyter_dl.runtime.native_stderr import NATIVE_TAG
+
+    # A native line can land in the middle of a user's unfinished line: the user's line comes out whole.
+    result = SimpleNamespace(stdout="", stderr="")
+    err = io.StringIO()
+    relay = OutputRelay({0: result}, "rank0", stdout=io.StringIO(), stderr=err)
+    result.stderr = "progress 1"
+    relay.pump()
+    result.stderr += NATIVE_TAG + NATIVE + "\n"
+    relay.pump()
+    result.stderr += " and 2\n"
+    relay.pump(final=True)
+    assert _screen(err.getvalue()) == "progress 1 and 2\n"
+
+    results = {0: SimpleNamespace(stdout="", stderr=NATIVE_TAG + NATIVE + "\n"),
+               1: SimpleNamespace(stdout="", stderr="mine\n")}
+    err = io.StringIO()
+    OutputRelay(results, "all", stdout=io.StringIO(), stderr=err).pump(final=True)
+    assert sorted(err.getvalue().splitlines()) == [f"[rank 0] {NATIVE}", "[rank 1] mine"]

@@ -116,3 +116,55 @@ async def test_cluster_endpoint(jp_fetch):
     body = await _json(await jp_fetch("jupyter-dl", "api", "cluster"))
     assert isinstance(body["clusters"], list) and body["gpus"] == []  # no GPU on this machine
 
+
+
+async def test_notebook_path_is_relative_to_the_server_root(jp_fetch, store, jp_root_dir):
+    """The kernel records the notebook's absolute path; the panel opens it by the path under the server's root."""
+    inside = _add(store, "inside", "succeeded", notebook=str(jp_root_dir / "sub dir" / "demo.ipynb"))
+    outside = _add(store, "outside", "succeeded", notebook="/elsewhere/other.ipynb")
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs"))
+    by_name = {j["name"]: j for j in body["jobs"]}
+    assert by_name["inside"]["notebook"] == "sub dir/demo.ipynb"
+    assert by_name["inside"]["notebook_file"] == str(jp_root_dir / "sub dir" / "demo.ipynb")
+    assert by_name["outside"]["notebook"] is None and by_name["outside"]["notebook_file"] == "/elsewhere/other.ipynb"
+    job = await _json(await jp_fetch("jupyter-dl", "api", "jobs", inside.id))
+    assert job["notebook"] == "sub dir/demo.ipynb"
+    # The contents API (what docmanager:open asks) finds it by that path.
+    (jp_root_dir / "sub dir").mkdir()
+    (jp_root_dir / "sub dir" / "demo.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, '
+                                                        '"nbformat_minor": 5}')
+    contents = await _json(await jp_fetch("api", "contents", "sub dir", "demo.ipynb"))
+    assert contents["type"] == "notebook"
+    assert store.load(outside.id).notebook == "/elsewhere/other.ipynb"  # the store keeps what the kernel wrote
+
+
+def test_dl_jobs_prints_the_notebook_relative_to_the_kernel_folder(tmp_path):
+    from jupyter_dl.magics import _shown_path
+
+    assert _shown_path(str(tmp_path / "demo.ipynb"), cwd=str(tmp_path)) == "demo.ipynb"
+    assert _shown_path(str(tmp_path / "a" / "b.ipynb"), cwd=str(tmp_path)) == "a/b.ipynb"
+    assert _shown_path("/elsewhere/x.ipynb", cwd=str(tmp_path)) == "/elsewhere/x.ipynb"
+    assert _shown_path(None) == "-"
+
+
+async def test_metrics_pages_stop_at_the_limit_and_say_there_is_more(jp_fetch, store):
+    job = _add(store, "m", "running")
+    store.append_metrics(job.id, [{"kind": "batch", "step": i} for i in range(12)])
+    pages, since = [], 0
+    while True:
+        body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics",
+                                          params={"since": since, "limit": 5}))
+        pages.append([r["step"] for r in body["records"]])
+        since = body["next"]
+        if not body["more"]:
+            break
+    assert pages == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics"))
+    assert len(body["records"]) == 12 and body["more"] is False  # no limit: everything, as before
+
+
+async def test_cancel_records_where_it_came_from(jp_fetch, store):
+    job = _add(store, "live", "running")
+    response = await jp_fetch("jupyter-dl", "api", "jobs", job.id, method="DELETE")
+    assert response.code == 202
+    assert store.cancel_requested(job.id) and store.cancel_source(job.id) == "the jobs panel"

@@ -64,11 +64,12 @@ def preload():
 # ----------------------------------------------------------------------------------------------- kernel side
 
 class Rendezvous:
-    """A gloo rendezvous server in the kernel for one job; ranks find each other through it."""
+    """A gloo rendezvous server in the kernel for one job; ranks find each other through it. It listens on every
+    address of this host; which one the ranks use is decided afterwards (launcher._route), once it runs."""
 
-    def __init__(self, hosts_by_rank, address, interface, timeout_s):
+    def __init__(self, hosts_by_rank, timeout_s):
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-        from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+        from horovod.runner.gloo_run import create_slot_env_vars
         from horovod.runner.http.http_server import RendezvousServer
 
         slots = {}
@@ -77,14 +78,23 @@ class Rendezvous:
         # Horovod's own assignment keeps each host's ranks contiguous; ranks are then matched to engines by host.
         plan = get_host_assignments(parse_hosts(",".join(f"{h}:{n}" for h, n in slots.items())), len(hosts_by_rank))
         self._server = RendezvousServer(verbose=0)
-        port = self._server.start()
+        self.port = self._server.start()
         self._server.init(plan)
-        common = create_run_env_vars(address, [interface], port)
-        common["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(int(timeout_s))
-        self.port = port
         self.slots = plan
-        self.environments = [{**{k: str(v) for k, v in common.items()}, **create_slot_env_vars(slot)}
-                             for slot in plan]
+        self._timeout_s = timeout_s
+        self._slot_environments = [create_slot_env_vars(slot) for slot in plan]
+
+    def environments(self, address, interfaces):
+        """Each rank's environment (what horovodrun would set): the server's address, and the rank's own interface
+        for gloo, which may be named differently on every host."""
+        from horovod.runner.gloo_run import create_run_env_vars
+
+        environments = []
+        for slot_environment, interface in zip(self._slot_environments, interfaces):
+            common = create_run_env_vars(address, [interface], self.port)
+            common["HOROVOD_GLOO_TIMEOUT_SECONDS"] = int(self._timeout_s)
+            environments.append({k: str(v) for k, v in {**common, **slot_environment}.items()})
+        return environments
 
     def stop(self):
         # socketserver's shutdown waits out its 0.5 s poll: a third of a short job. Nobody needs to wait for it.

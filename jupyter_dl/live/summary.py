@@ -41,7 +41,7 @@ def as_text(s: dict) -> str:
     if s["scaling_efficiency"] is not None:
         parts.append(f"scaling efficiency {s['scaling_efficiency']:.0%} vs 1 rank "
                      f"({_fmt_rate(s['baseline_samples_per_s'])} samples/s)")
-    elif s["ranks"] > 1:
+    elif s["ranks"] > 1 and s.get("state") == "succeeded":  # a cancelled or failed run measured nothing to compare
         parts.append("scaling efficiency: run the cell with -n 1 once to compare")
     return " | ".join(parts)
 

@@ -49,8 +49,9 @@ export class JobsApi {
     return this.request<ICancelReply>(['jobs', id], undefined, { method: 'DELETE' });
   }
 
-  metrics(id: string, since = 0): Promise<IMetricsPage> {
-    return this.request<IMetricsPage>(['jobs', id, 'metrics'], { since });
+  /** Metric records from line `since` on; at most `limit` (the reply says `more` when it stopped there). */
+  metrics(id: string, since = 0, limit?: number): Promise<IMetricsPage> {
+    return this.request<IMetricsPage>(['jobs', id, 'metrics'], { since, limit });
   }
 
   logs(id: string, rank: number, stream: LogStream, tail: number): Promise<ILogsReply> {

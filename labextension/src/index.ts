@@ -163,11 +163,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         try {
           const job = await findJob(jobId(args));
           if (!job.notebook) {
-            Notification.info(`Job ${job.name} was not started from a notebook.`, {
-              autoClose: 4000
-            });
+            Notification.info(
+              job.notebook_file
+                ? `The notebook of job ${job.name} (${job.notebook_file}) is outside this server's root folder.`
+                : `Job ${job.name} was not started from a notebook.`,
+              { autoClose: 6000 }
+            );
             return;
           }
+          // The server gives the path relative to its root, which is what the document manager opens.
           return await commands.execute('docmanager:open', { path: job.notebook });
         } catch (error) {
           void showErrorMessage('Cannot open the notebook', errorMessage(error));
@@ -200,7 +204,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           buttons: [
             Dialog.cancelButton({ label: 'Keep running' }),
             Dialog.warnButton({ label: 'Cancel job' })
-          ]
+          ],
+          // The safe choice is the default: Enter (or a stray keypress) keeps the job running.
+          defaultButton: 0
         });
         if (!result.button.accept) {
           return;

@@ -54,8 +54,13 @@ export interface IJob {
   id: string;
   name: string;
   user?: string;
-  /** Path relative to the server root, or null when the job was not started from a notebook. */
+  /**
+   * The notebook's path relative to the server root (what `docmanager:open` takes), or null when the job was not
+   * started from a notebook or its notebook lies outside the server root.
+   */
   notebook?: string | null;
+  /** The notebook's file as the kernel recorded it (absolute); set whenever the job came from a notebook. */
+  notebook_file?: string | null;
   kernel_id?: string | null;
   state: JobState | string;
   /** Unix seconds. */
@@ -109,6 +114,8 @@ export interface IMetricsPage {
   records: IMetricRecord[];
   /** The `since` to ask for next time. */
   next: number;
+  /** The page stopped at the `limit` asked for: more records are written already. */
+  more?: boolean;
 }
 
 export type LogStream = 'stdout' | 'stderr';

@@ -343,9 +343,18 @@ class JobRow {
     }
     setText(this._badge, cancelling && isActive(job.state) ? 'cancelling' : job.state);
 
-    setText(this._notebook, job.notebook ? basename(job.notebook) : 'no notebook');
-    setAttr(this._notebook, 'title', job.notebook ?? 'Not started from a notebook');
-    this._notebook.classList.toggle('jp-dl-muted', !job.notebook);
+    const notebook = job.notebook ?? job.notebook_file ?? null;
+    setText(this._notebook, notebook ? basename(notebook) : 'no notebook');
+    setAttr(
+      this._notebook,
+      'title',
+      job.notebook
+        ? job.notebook
+        : notebook
+          ? `${notebook} (outside this server's root folder)`
+          : 'Not started from a notebook'
+    );
+    this._notebook.classList.toggle('jp-dl-muted', !notebook);
     setText(this._ranks, formatRanks(job));
     const lastRestart = job.restarts?.length ? job.restarts[job.restarts.length - 1] : null;
     setAttr(this._ranks, 'title', lastRestart ? `last restart: ${lastRestart.reason}` : null);

@@ -8,14 +8,19 @@ import { Widget } from '@lumino/widgets';
 import { JobsApi } from './api';
 import { ILossSeries, LossSeriesBuilder, lossChartSvg } from './chart';
 import { h, setText } from './dom';
-import { formatMetric, isFinal } from './format';
+import { formatMetric } from './format';
 import { jobsIcon } from './icons';
 import { widgetId } from './logs';
 import { IJob } from './model';
 import { JobTabView } from './watch';
 
-/** Pages fetched in one tick while catching up (first load, or a finished job). */
-const MAX_PAGES_PER_TICK = 50;
+/** Records asked for per request: the first page draws at once, however long the job has run. */
+export const METRICS_PAGE_SIZE = 5000;
+/**
+ * Pages fetched in one tick while the server says there are more (catching up on a long job): the chart is redrawn
+ * after every page, so it shows from the first one on and fills in; the next tick goes on from there.
+ */
+const MAX_PAGES_PER_TICK = 40;
 
 export class LossPlotView extends JobTabView {
   constructor(
@@ -66,28 +71,33 @@ export class LossPlotView extends JobTabView {
     return this._inflight;
   }
 
+  /**
+   * Fetches what was written since the last call, a page at a time, and draws after each page. A page comes back
+   * with `more` only when it stopped at the page size; a running job keeps writing, so an empty page is never
+   * waited for: what is written now is drawn now, and the watcher's next tick follows on.
+   */
   private async _fetchMetrics(): Promise<void> {
-    const catchUp = !this._loaded || isFinal(this._job.state);
-    let changed = false;
-    for (let page = 0; page < (catchUp ? MAX_PAGES_PER_TICK : 1); page++) {
+    for (let page = 0; page < MAX_PAGES_PER_TICK; page++) {
       const since = this._next;
-      const reply = await this.api.metrics(this._job.id, since);
+      const reply = await this.api.metrics(this._job.id, since, METRICS_PAGE_SIZE);
       const records = reply.records ?? [];
       if (typeof reply.next === 'number') {
         this._next = reply.next;
       }
-      changed = this._builder.add(records) || changed;
-      if (records.length === 0 || this._next <= since) {
+      const changed = this._builder.add(records);
+      this.clearError();
+      if (changed || !this._loaded) {
+        this._loaded = true;
+        this._draw();
+        this._renderTable();
+      }
+      this._updateStatus();
+      if (reply.more !== true || records.length === 0 || this._next <= since) {
         break;
       }
+      // Let the browser paint this page before the next request (a timer: animation frames stop in hidden tabs).
+      await new Promise(resolve => setTimeout(resolve, 0));
     }
-    this.clearError();
-    if (changed || !this._loaded) {
-      this._loaded = true;
-      this._draw();
-      this._renderTable();
-    }
-    this._updateStatus();
   }
 
   protected onAfterShow(msg: Message): void {
