@@ -41,6 +41,8 @@ def load_ipython_extension(ipython):
     from .magics import DistributeMagics
 
     ipython.register_magics(DistributeMagics(ipython))
+    from .cli.doctor import load_hint  # file lookups only: one stderr line pointing to `jupyter-dl doctor`
+    load_hint()
     # Subclassed models built in the notebook from here on can travel to the engines (see keras_objects).
     record_constructor_arguments_when_keras_loads()
 

@@ -360,6 +360,7 @@ class ClusterManager(Configurable):
         ids = self.engine_ids()
         described = self.describe(ids) if ids else []
         hosts = sorted({info["hostname"] for info in described})
+        by_host = {host: [eid for eid, info in zip(ids, described) if info["hostname"] == host] for host in hosts}
         return {
             "running": True,
             "owned": self.owned,
@@ -368,6 +369,7 @@ class ClusterManager(Configurable):
             "engines": len(ids),
             "engine_ids": ids,
             "hosts": hosts,
+            "engines_by_host": by_host,  # engine ids on each host: Horovod's local ranks are placed by these
             # What the engines are pinned to, in index order (the same index on several hosts is listed once).
             "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}, key=lambda g: (len(g), g)),
             "launcher": self._launcher if self.owned else None,

@@ -113,7 +113,16 @@ def format_status(status: dict) -> str:
     kind = "started here" if status["owned"] else "connected"
     gpus = f", GPUs {status['gpus']}" if status["gpus"] else ", no GPUs (CPU ranks)"
     return (f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
-            f"{status['engines']} engines on {', '.join(status['hosts']) or '-'}{gpus}")
+            f"{status['engines']} engines on {_hosts(status) or '-'}{gpus}")
+
+
+def _hosts(status) -> str:
+    """'node1 (engines 0, 1), node2 (engines 2, 3)': which engines share a host (and so Horovod's local ranks)."""
+    by_host = status.get("engines_by_host") or {host: [] for host in status["hosts"]}
+    if len(by_host) == 1:
+        return next(iter(by_host))
+    return ", ".join(f"{host} (engine{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))})"
+                     for host, ids in by_host.items())
 
 
 def _lr_find_parser():

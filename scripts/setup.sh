@@ -13,8 +13,6 @@ VENV=${JUPYTER_DL_VENV:-$here/.venv}
 TF_VERSION=${TF_VERSION:-2.21.0}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 CACHE=${JUPYTER_DL_CACHE:-$HOME/.cache/jupyter-dl}
-# GPU users: HOROVOD_GPU_OPERATIONS=NCCL (with CUDA + NCCL installed) gets its own cache key below.
-GPU_OPS=${HOROVOD_GPU_OPERATIONS:-}
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -43,37 +41,6 @@ if ! "$py" -c "import tensorflow as tf, sys; sys.exit(tf.__version__ != '$TF_VER
   "${pip[@]}" "tensorflow==$TF_VERSION"
 fi
 
-pyver=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-key="horovod-$HOROVOD_VERSION-tf$TF_VERSION-$pyver${GPU_OPS:+-${GPU_OPS,,}}"
-wheeldir="$CACHE/wheels/$key"
-if ! "$py" -c "import horovod.tensorflow as h; assert h.gloo_built()" 2>/dev/null; then
-  if ! ls "$wheeldir"/horovod-*.whl >/dev/null 2>&1; then
-    log "building Horovod $HOROVOD_VERSION against TF $TF_VERSION (several minutes; cached in $wheeldir)"
-    "${pip[@]}" cloudpickle psutil pyyaml packaging
-    shim="$CACHE/include-shim"
-    # TF 2.21 moved xla_builder.h; Horovod 0.28.1 still includes the old path.
-    mkdir -p "$shim/tensorflow/compiler/xla/client"
-    echo '#include "xla/hlo/builder/xla_builder.h"' > "$shim/tensorflow/compiler/xla/client/xla_builder.h"
-    tmp=$(mktemp -d)
-    # pip's own wheel cache is keyed by the sdist only, so a wheel built for another TF would be reused: bypass it.
-    env CPLUS_INCLUDE_PATH="$shim${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}" \
-      CMAKE_POLICY_VERSION_MINIMUM=3.5 \
-      HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-      MAKEFLAGS="-j$(nproc)" \
-      ${GPU_OPS:+HOROVOD_GPU_OPERATIONS=$GPU_OPS} \
-      PATH="$VENV/bin:$PATH" \
-      "$VENV/bin/pip" wheel --no-build-isolation --no-cache-dir --no-deps "horovod==$HOROVOD_VERSION" -w "$tmp"
-    mkdir -p "$wheeldir"
-    mv "$tmp"/horovod-*.whl "$wheeldir/"
-    rm -rf "$tmp"
-  fi
-  log "installing cached Horovod wheel from $wheeldir"
-  "${pip[@]}" --no-deps --force-reinstall "$wheeldir"/horovod-*.whl
-  "${pip[@]}" cloudpickle psutil pyyaml packaging
-  "$py" -c "import horovod.tensorflow as h; assert h.gloo_built(), 'Horovod built without gloo'"
-fi
-
 if ! (cd / && "$py" -c "import jupyter_dl") 2>/dev/null || [ pyproject.toml -nt "$VENV/.jupyter_dl_installed" ]; then
   log "installing jupyter-dl (editable) with test extras"
   # The editable build compiles the labextension with jlpm (from the npm registry); users of the wheel need no npm.
@@ -84,6 +51,11 @@ if ! (cd / && "$py" -c "import jupyter_dl") 2>/dev/null || [ pyproject.toml -nt 
     "$VENV/etc/jupyter/jupyter_server_config.d/jupyter_dl.json"
   touch "$VENV/.jupyter_dl_installed"
 fi
+# Horovod compiled against this TensorFlow (gloo; NCCL too where a driver, CUDA and NCCL are found, or with
+# HOROVOD_GPU_OPERATIONS=NCCL), cached in $CACHE/wheels/horovod-<hvd>-tf<tf>-cp<xy>[-nccl]: the package's own
+# command (jupyter_dl/cli/install_horovod.py), so pip users get the same recipe. A no-op when Horovod already works.
+"$py" -m jupyter_dl install-horovod --horovod-version "$HOROVOD_VERSION" --cache-dir "$CACHE"
+
 # The multi-user tests run a real JupyterHub, whose proxy is configurable-http-proxy (Node, from the npm registry).
 # Cached outside the clone like the Horovod wheel.
 chp_dir="$CACHE/chp"

@@ -129,8 +129,14 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     from jupyter_dl.launcher import FunctionWork
     from jupyter_dl.options import RunOptions
 
+    from jupyter_dl.magics import format_status
+
     status = session.cluster.status()
     assert status["hosts"] == ["jdl-host-a", "jdl-host-b"] and status["engines"] == 4
+    assert [len(ids) for ids in status["engines_by_host"].values()] == [2, 2]
+    line = format_status(status)  # what %dl_cluster status prints: engines grouped by host
+    for host, ids in status["engines_by_host"].items():
+        assert f"{host} (engines {ids[0]}, {ids[1]})" in line
     result = session.launcher.run(FunctionWork(_train_and_report, kwargs=digits, all_ranks=True),
                                   RunOptions(n=4, timeout=600))
     ranks = result.results

@@ -1,0 +1,364 @@
+"""`jupyter-dl doctor`: one table of what jupyter-dl needs and what this environment has, with the fix for each
+failing line. Exit 1 when something blocks jobs (FAIL); warnings (sidebar, NCCL) do not.
+
+`load_hint()` is the cheap version `%load_ext jupyter_dl` runs: module lookups only, no TensorFlow import."""
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from traitlets import Float, Unicode
+from traitlets.config import Application
+
+from .._version import __version__
+
+OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "-"
+MIN_TF = (2, 16)
+MIN_IPP = (9, 2)
+MIN_PY = (3, 10)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    found: str
+    fix: str = ""
+
+
+def _version_tuple(text):
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _dist_version(*names):
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _pip(spec):
+    return f"{sys.executable} -m pip install '{spec}'"
+
+
+def _horovod_has_tf_ops():
+    """Horovod's TF ops library exists (the wheel was built WITH_TENSORFLOW): a file lookup, no import."""
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(any((Path(d) / "tensorflow").glob("mpi_lib*.so")) for d in spec.submodule_search_locations)
+
+
+def load_hint(stream=None):
+    """One line on stderr when something essential for jobs is missing; silent otherwise (runs at %load_ext)."""
+    missing = [name for name in ("tensorflow", "ipyparallel", "horovod") if importlib.util.find_spec(name) is None]
+    if "horovod" not in missing and not _horovod_has_tf_ops():
+        missing.append("Horovod's TensorFlow ops")
+    if missing:
+        print(f"[jupyter-dl] {', '.join(missing)} not found in this kernel's environment: %%distribute cannot run "
+              f"jobs yet. Run `jupyter-dl doctor` in a terminal for what to install (Horovod: "
+              f"`jupyter-dl install-horovod`).", file=stream or sys.stderr)
+    return missing
+
+
+# Runs in a child process: a Horovod built against another TensorFlow can crash the importer, not just raise.
+_PROBE = r"""
+import json, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+out = {}
+try:
+    import tensorflow as tf
+    out["tf"] = tf.__version__
+    out["build"] = {k: (v if isinstance(v, (str, bool, int)) else str(v))
+                    for k, v in dict(tf.sysconfig.get_build_info()).items()}
+    out["gpus"] = []
+    for d in tf.config.list_physical_devices("GPU"):
+        try:
+            name = tf.config.experimental.get_device_details(d).get("device_name", d.name)
+        except Exception:
+            name = d.name
+        out["gpus"].append(name)
+except Exception as e:
+    out["tf_error"] = f"{type(e).__name__}: {e}"
+try:
+    import keras
+    out["keras"] = keras.__version__
+except Exception as e:
+    out["keras_error"] = f"{type(e).__name__}: {e}"
+try:
+    import horovod
+    out["hvd"] = horovod.__version__
+    import horovod.tensorflow as hvd
+    out["hvd_tf"] = True
+    out["gloo"] = bool(hvd.gloo_built())
+    out["nccl"] = bool(hvd.nccl_built())
+    out["mpi"] = bool(hvd.mpi_built())
+except ImportError as e:
+    out.setdefault("hvd_error", f"{type(e).__name__}: {e}")
+except Exception as e:
+    out["hvd_error"] = f"{type(e).__name__}: {e}"
+sys.stdout.write("\n@@probe@@" + json.dumps(out))
+"""
+
+
+def _start_probe():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd="/")
+
+
+def _finish_probe(proc, timeout):
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"probe_error": f"importing TensorFlow/Horovod took over {timeout:.0f} s"}
+    if "@@probe@@" not in stdout:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        return {"probe_error": f"importing TensorFlow/Horovod crashed (exit {proc.returncode}): {last[:200]}"}
+    return json.loads(stdout.rsplit("@@probe@@", 1)[1])
+
+
+def _driver_version():
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        for word in text.split():
+            if _version_tuple(word)[:1] and word.count(".") >= 1 and word[0].isdigit():
+                return word
+    except OSError:
+        pass
+    return None
+
+
+def python_check():
+    found = f"{sys.version.split()[0]} ({sys.executable})"
+    if sys.version_info[:2] < MIN_PY:
+        return Check("Python", FAIL, found, "use Python 3.10 or newer for the kernel's environment")
+    return Check("Python", OK, found)
+
+
+def stack_checks(probe):
+    """TensorFlow, Keras, Horovod and its build flags, GPUs and CUDA, from the child process's report."""
+    checks = []
+    tf_version = probe.get("tf") or _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
+    if probe.get("probe_error"):
+        checks.append(Check("TensorFlow / Horovod import", FAIL, probe["probe_error"],
+                            "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild"))
+    if not tf_version:
+        checks.append(Check("TensorFlow", FAIL, "not installed", _pip("tensorflow>=2.16")))
+    elif probe.get("tf_error"):
+        checks.append(Check("TensorFlow", FAIL, f"{tf_version}, import fails: {probe['tf_error'][:120]}",
+                            _pip(f"tensorflow=={tf_version}") + " --force-reinstall"))
+    elif _version_tuple(tf_version) < MIN_TF:
+        checks.append(Check("TensorFlow", FAIL, tf_version, _pip("tensorflow>=2.16") + " (then jupyter-dl "
+                                                                                        "install-horovod)"))
+    else:
+        checks.append(Check("TensorFlow", OK, tf_version))
+    keras_version = probe.get("keras") or _dist_version("keras")
+    if keras_version:
+        checks.append(Check("Keras", OK if _version_tuple(keras_version) >= (3,) else WARN, keras_version,
+                            "" if _version_tuple(keras_version) >= (3,) else _pip("keras>=3")))
+    elif tf_version:
+        checks.append(Check("Keras", FAIL, "not importable", _pip("keras>=3")))
+
+    hvd_version = probe.get("hvd") or _dist_version("horovod")
+    gpus = probe.get("gpus") or []
+    if not hvd_version:
+        checks.append(Check("Horovod", FAIL, "not installed", "jupyter-dl install-horovod"))
+    elif not probe.get("hvd_tf"):
+        why = probe.get("hvd_error") or "horovod.tensorflow does not import"
+        checks.append(Check("Horovod with TensorFlow", FAIL, f"{hvd_version}: {why[:140]}",
+                            "jupyter-dl install-horovod --rebuild (builds it against this TensorFlow)"))
+    else:
+        checks.append(Check("Horovod with TensorFlow", OK, hvd_version))
+        checks.append(Check("Horovod gloo", OK if probe.get("gloo") else FAIL,
+                            "built" if probe.get("gloo") else "not built (jupyter-dl runs ranks over gloo)",
+                            "" if probe.get("gloo") else "jupyter-dl install-horovod --rebuild"))
+        if probe.get("nccl"):
+            checks.append(Check("Horovod NCCL", OK, "built (GPU allreduce)"))
+        elif gpus:
+            checks.append(Check("Horovod NCCL", WARN, "not built: GPU gradients are averaged over gloo (slower)",
+                                "HOROVOD_GPU_OPERATIONS=NCCL jupyter-dl install-horovod --rebuild"))
+        else:
+            checks.append(Check("Horovod NCCL", INFO, "not built (not needed without GPUs)"))
+
+    build = probe.get("build") or {}
+    driver = _driver_version()
+    if "tf" in probe:
+        if gpus:
+            checks.append(Check("GPUs (TensorFlow)", OK, f"{len(gpus)}: {', '.join(gpus)}"))
+        elif driver:
+            checks.append(Check("GPUs (TensorFlow)", WARN, f"none visible, though NVIDIA driver {driver} is loaded",
+                                _pip(f"tensorflow[and-cuda]=={tf_version}")))
+        else:
+            checks.append(Check("GPUs (TensorFlow)", INFO, "none: ranks run on CPU"))
+        cuda = (f"TF built with CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
+                if build.get("is_cuda_build") else "TF built without CUDA")
+        checks.append(Check("Driver / CUDA", INFO if not gpus else OK,
+                            f"driver {driver or 'none'}; {cuda}"))
+    return checks
+
+
+def ipyparallel_check():
+    version = _dist_version("ipyparallel")
+    if not version:
+        return Check("ipyparallel", FAIL, "not installed", _pip("ipyparallel>=9.2"))
+    if _version_tuple(version) < MIN_IPP:
+        return Check("ipyparallel", FAIL, version, _pip("ipyparallel>=9.2"))
+    return Check("ipyparallel", OK, version)
+
+
+def extension_checks():
+    """Read the configuration the way `jupyter labextension list` / `jupyter server extension list` do (those
+    commands take seconds each); the jobs sidebar needs both, jobs themselves neither (so: warn)."""
+    checks = []
+    try:
+        from jupyter_core.paths import jupyter_config_path, jupyter_path
+        from jupyterlab_server.config import get_federated_extensions, get_page_config
+
+        paths = jupyter_path("labextensions")
+        ext = get_federated_extensions(paths).get("jupyter-dl")
+        disabled = get_page_config(paths).get("disabledExtensions") or {}
+        if ext is None:
+            checks.append(Check("Lab extension (jobs panel)", WARN, "not installed",
+                                _pip("jupyter_dl") + " --force-reinstall (the wheel carries it)"))
+        elif "jupyter-dl" in disabled:
+            checks.append(Check("Lab extension (jobs panel)", WARN, f"{ext['version']} disabled",
+                                "jupyter labextension enable jupyter-dl"))
+        elif not list(Path(ext["ext_path"], "static").glob("remoteEntry.*.js")):
+            checks.append(Check("Lab extension (jobs panel)", WARN, f"{ext['ext_path']} has no built bundle",
+                                "jupyter labextension develop --overwrite . (in a clone), or reinstall the wheel"))
+        else:
+            checks.append(Check("Lab extension (jobs panel)", OK, f"{ext['version']} enabled ({ext['ext_path']})"))
+    except ImportError:
+        checks.append(Check("Lab extension (jobs panel)", WARN, "JupyterLab not installed", _pip("jupyterlab>=4")))
+    try:
+        from jupyter_core.paths import jupyter_config_path
+        from jupyter_server.extension.config import ExtensionConfigManager
+
+        enabled = ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()
+        if enabled.get("jupyter_dl"):
+            checks.append(Check("Server extension (jobs API)", OK, "jupyter_dl enabled"))
+        else:
+            checks.append(Check("Server extension (jobs API)", WARN,
+                                "disabled" if "jupyter_dl" in enabled else "not in the server's configuration",
+                                "jupyter server extension enable jupyter_dl"))
+    except ImportError:
+        checks.append(Check("Server extension (jobs API)", WARN, "jupyter_server not installed",
+                            _pip("jupyter_server>=2")))
+    return checks
+
+
+def configured_pool_url():
+    """(url, where it came from): $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url in the IPython kernel config."""
+    if os.environ.get("JUPYTER_DL_POOL_URL"):
+        return os.environ["JUPYTER_DL_POOL_URL"], "$JUPYTER_DL_POOL_URL"
+    from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, PyFileConfigLoader
+
+    try:
+        from IPython.paths import get_ipython_dir
+
+        dirs = [os.path.join(get_ipython_dir(), "profile_default"),
+                os.path.join(sys.prefix, "etc", "ipython"), "/usr/local/etc/ipython", "/etc/ipython"]
+    except ImportError:
+        return "", ""
+    for folder in dirs:
+        for base in ("ipython_kernel_config", "ipython_config"):
+            for loader in (PyFileConfigLoader, JSONFileConfigLoader):
+                filename = base + (".py" if loader is PyFileConfigLoader else ".json")
+                try:
+                    config = loader(filename, path=folder).load_config()
+                except ConfigFileNotFound:
+                    continue
+                except Exception:  # a broken config file is the kernel's problem to report, not ours
+                    continue
+                url = config.get("Launcher", {}).get("pool_url")
+                if url:
+                    return url, os.path.join(folder, filename)
+    return "", ""
+
+
+def pool_check(url, source, timeout):
+    if not url:
+        return Check("Pool service", INFO, "not configured (GPUs from the embedded per-host pool)")
+    import requests
+
+    target = url.rstrip("/") + "/api/pool"
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    try:
+        response = requests.get(target, timeout=timeout, headers={"Authorization": f"token {token}"})
+    except requests.RequestException as exc:
+        reason = type(exc).__name__ if not str(exc) else str(exc).split(":")[-1].strip(" ')>")
+        return Check("Pool service", FAIL, f"{url} (from {source}) unreachable: {reason[:100]}",
+                     f"start the jupyter-dl-pool service (a JupyterHub service), or fix/unset {source}")
+    if response.status_code in (401, 403):
+        return Check("Pool service", WARN, f"{url} reachable, token refused (HTTP {response.status_code})",
+                     "run the kernel in a hub-spawned server (it sets JUPYTERHUB_API_TOKEN)")
+    if response.status_code >= 400:
+        return Check("Pool service", FAIL, f"{url} answered HTTP {response.status_code} (not a jupyter-dl-pool?)",
+                     f"point {source} at the service URL, e.g. https://hub/services/jupyter-dl-pool/")
+    summary = response.json()
+    return Check("Pool service", OK, f"{url}: {summary.get('free')} of {summary.get('gpus')} GPUs free")
+
+
+def run_checks(pool_url="", timeout=5.0, probe_timeout=180.0):
+    proc = _start_probe()  # the slow part (TensorFlow import) runs while the rest is read
+    try:
+        checks = [python_check(), ipyparallel_check(), *extension_checks()]
+        url, source = (pool_url, "--pool-url") if pool_url else configured_pool_url()
+        checks.append(pool_check(url, source, timeout))
+    finally:
+        probe = _finish_probe(proc, probe_timeout)
+    return [checks[0], *stack_checks(probe), *checks[1:]]
+
+
+def format_table(checks):
+    rows = [("CHECK", "STATUS", "FOUND")] + [(c.name, c.status, c.found) for c in checks]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = []
+    for row, check in zip(rows, [None, *checks]):
+        lines.append(f"{row[0].ljust(widths[0])}  {row[1].ljust(widths[1])}  {row[2]}".rstrip())
+        if check is not None and check.fix and check.status in (FAIL, WARN):
+            lines.append(f"{'':{widths[0]}}  {'':{widths[1]}}  fix: {check.fix}")
+    return "\n".join(lines)
+
+
+class DoctorApp(Application):
+    name = "jupyter-dl doctor"
+    version = __version__
+    description = "What jupyter-dl needs and what this environment has; exit 1 when something blocks jobs."
+    pool_url = Unicode("", help="Pool service URL to check. Empty: $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url "
+                                "from the IPython kernel configuration.").tag(config=True)
+    timeout = Float(5.0, help="Seconds to wait for the pool service to answer.").tag(config=True)
+    probe_timeout = Float(180.0, help="Seconds to wait for TensorFlow and Horovod to import in a child process."
+                          ).tag(config=True)
+    aliases = {"pool-url": "DoctorApp.pool_url", "timeout": "DoctorApp.timeout"}
+
+    def start(self):
+        if self.extra_args:
+            print(f"jupyter-dl doctor: unexpected argument {self.extra_args[0]!r}; see jupyter-dl doctor --help",
+                  file=sys.stderr)
+            return 2
+        checks = run_checks(self.pool_url, self.timeout, self.probe_timeout)
+        print(format_table(checks))
+        failed = [c.name for c in checks if c.status == FAIL]
+        if failed:
+            print(f"\n{len(failed)} problem(s) block jobs: {', '.join(failed)}. Apply the fixes above, then run "
+                  f"`jupyter-dl doctor` again.")
+            return 1
+        warned = sum(c.status == WARN for c in checks)
+        print("\nready: %%distribute can run jobs" + (f" ({warned} warning(s) above)" if warned else ""))
+        return 0
