@@ -1,7 +1,7 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
 from ._version import __version__
 
-__all__ = ["LiveMetrics", "__version__", "distribute", "load_ipython_extension", "lr_find", "shutdown"]
+__all__ = ["LiveMetrics", "__version__", "distribute", "load_ipython_extension", "load_job", "lr_find", "shutdown"]
 
 
 def LiveMetrics(*args, **kwargs):
@@ -27,6 +27,15 @@ def lr_find(*args, **kwargs):
 
 
 lr_find.__doc__ = "Learning-rate range test on a compiled Keras model; see jupyter_dl.lr_finder.lr_find."
+
+
+def load_job(job_id):
+    from .api import load_job as _load_job
+
+    return _load_job(job_id)
+
+
+load_job.__doc__ = "A finished job's kept models, histories, source, options and environment; see jupyter_dl.api."
 
 
 def shutdown():

@@ -162,6 +162,15 @@ def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True
     return current.advisor.recommend(workload, _seconds(deadline), probe=measured)
 
 
+def load_job(job_id):
+    """A finished job's kept results (jobs.results.SavedJob): its models, histories, source, options and
+    environment, in any notebook or script that sees the same job store."""
+    from .jobs.results import load
+
+    store = _session.store if _session is not None else JobStore()
+    return load(store.job_dir(job_id), job_id)
+
+
 def bind_results(result, namespace):
     """Put what rank 0 bound into the namespace; say which names could not come back. Those are removed from the
     namespace: an older value left under the name would look like the job's result."""

@@ -129,8 +129,7 @@ def _names_in_config(value):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
-        elif isinstance(item, str):
-            names.add(item)
+    # Bare strings ("accuracy", "mse") name Keras' built-ins: a notebook function of that name must not shadow them.
     return names
 
 

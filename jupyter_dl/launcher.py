@@ -27,6 +27,7 @@ from .errors import (
     UsageError,
 )
 from .jobs import Job, JobRegistry
+from .jobs.results import JobResults
 from .live.collector import MetricsCollector
 from .live.state import TrainingState
 from .options import RunOptions
@@ -112,6 +113,7 @@ class Launcher(Configurable):
         self.cluster = cluster
         self.registry = registry or JobRegistry()
         self.local_pool = LocalPool(parent=self)
+        self.results = JobResults(parent=self)
         self._backend_checked = False
 
     # -------------------------------------------------------------------------------------------------- run
@@ -176,6 +178,7 @@ class Launcher(Configurable):
             print(f"[jupyter-dl] warning: {result.diverged}", file=stderr or sys.stderr, flush=True)
         if isinstance(work, CellWork):
             result.values, result.problems = payload.unpack(outcomes[0].get("values", {}), work.namespace)
+            self._keep_results(job, work, result.values, outcomes[0].get("environment", {}), stderr)
         else:
             picked = outcomes if work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
@@ -432,6 +435,20 @@ class Launcher(Configurable):
         if died:
             self.cluster.replace_dead(died)  # so the next cell finds as many engines as before
         return outcomes, (status, failed_order, dict(feed.stalls))
+
+    def _keep_results(self, job, work, values, environment, stderr):
+        """Save what the job produced with it (jobs.results); a failure to save never fails the cell."""
+        if self.registry.store is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            notes = self.results.save(self.registry.store.job_dir(job.id), values, work.code, job.options,
+                                      {**environment, "hosts": job.hosts}, work.namespace)
+        except Exception as exc:
+            notes = [f"results not kept ({type(exc).__name__}: {exc})"]
+        job.timings["results_s"] = time.perf_counter() - t0
+        for note in notes:
+            print(f"[jupyter-dl] job {job.name!r}: {note}", file=stderr or sys.stderr)
 
     def _route(self, ids, port):
         """(rendezvous address, gloo interface per rank). Ranks all on this host talk over loopback; ranks elsewhere

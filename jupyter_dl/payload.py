@@ -47,7 +47,7 @@ def is_keras_model(value) -> bool:
     return any(c.__module__.startswith("keras") and c.__name__ == "Model" for c in cls.__mro__)
 
 
-def _is_history(value) -> bool:
+def is_history(value) -> bool:
     cls = type(value)
     return cls.__name__ == "History" and cls.__module__.startswith("keras")
 
@@ -101,7 +101,7 @@ def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
         function = _function_payload(value)
         if function is not None:
             return cloudpickle.dumps(function)
-    if _is_history(value):
+    if is_history(value):
         model_name = None
         model = getattr(value, "model", None)
         if model is not None and namespace:

@@ -158,5 +158,51 @@ def test_learning_rate_scheduler_callback_works_in_single_rank_units(dl_session)
     seen, after = jupyter_dl.distribute(_learning_rates_during_fit, n=2, args=("callback",))
     # The cell's schedule says 0.1, 0.05, 0.025 for one rank; two ranks apply twice that.
     assert seen == pytest.approx([0.2, 0.1, 0.05], rel=1e-5)
-    # Inside the cell the optimizer keeps the rate it applies; the notebook gets single-rank units back (test_magics).
-    assert after == pytest.approx(0.05, rel=1e-5)
+    # After fit the cell reads (and a custom loop after it would apply) single-rank rates again.
+    assert after == pytest.approx(0.025, rel=1e-5)
+
+
+def _two_optimizers_in_train_step():
+    """The Keras GAN pattern: a custom compile taking two optimizers and a train_step using both."""
+    import keras
+    import tensorflow as tf
+
+    class TwoParts(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = keras.layers.Dense(4), keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.second(self.first(x))
+
+        def compile(self, first_optimizer, second_optimizer):
+            super().compile()
+            self.first_optimizer, self.second_optimizer = first_optimizer, second_optimizer
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape(persistent=True) as tape:
+                loss = tf.reduce_mean(tf.square(self(x) - y))
+            for optimizer, layer in ((self.first_optimizer, self.first), (self.second_optimizer, self.second)):
+                optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables),
+                                              layer.trainable_variables))
+            return {"loss": loss}
+
+    model = TwoParts()
+    model.compile(keras.optimizers.SGD(0.1), keras.optimizers.Adam(0.01))
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append([float(keras.ops.convert_to_numpy(o.learning_rate))
+                         for o in (model.first_optimizer, model.second_optimizer)])
+
+    model.fit(np.zeros((16, 2)), np.zeros((16, 1)), epochs=1, batch_size=4, verbose=0, callbacks=[Probe()])
+    after = [float(keras.ops.convert_to_numpy(o.learning_rate)) for o in (model.first_optimizer, model.second_optimizer)]
+    return seen[-1], after
+
+
+def test_every_optimizer_fit_drives_is_scaled_and_put_back_after_fit(dl_session):
+    during, after = jupyter_dl.distribute(_two_optimizers_in_train_step, n=2)
+    assert during == pytest.approx([0.2, 0.02])   # both of the train_step's optimizers, not only model.optimizer
+    assert after == pytest.approx([0.1, 0.01])    # a custom loop after fit reads the same batches on every rank

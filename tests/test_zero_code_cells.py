@@ -257,6 +257,14 @@ CASES = [
 
         model.fit(batches(), steps_per_epoch=43, epochs=4, verbose=0)
     """),
+    case("finite-generator-with-an-odd-number-of-batches", BUILD + """
+        def batches(batch=32):  # 43 batches: one rank would get one more and wait forever in its last allreduce
+            for start in range(0, len(x_train) - batch + 1, batch):
+                yield x_train[start:start + batch], y_train[start:start + batch]
+
+        for epoch in range(4):
+            model.fit(batches(), epochs=1, verbose=0)
+    """),
     case("validation-data-tuple-and-dataset", BUILD + """
         import tensorflow as tf
         model.fit(x_train, y_train, epochs=2, batch_size=32, verbose=0, validation_data=(x_test, y_test))

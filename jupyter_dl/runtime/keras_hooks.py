@@ -71,6 +71,8 @@ class KerasHooks:
             # (the ranks' models are equal), and the others wait for it, since the cell may read it back on the
             # next line. A path of the rank's own (a temporary folder made in the cell) is written by its rank.
             def save(model, *args, **kwargs):
+                if hooks.updates.in_fit:  # a callback (ModelCheckpoint, BackupAndRestore): only rank 0 has it
+                    return original(model, *args, **kwargs) if hooks.rank == 0 else None
                 path = str(args[0] if args else kwargs.get("filepath", ""))
                 k = next(hooks._saves)
                 shared = backend.broadcast_object(path, name=f"jdl.save.{k}") == path
@@ -136,10 +138,12 @@ class KerasHooks:
             batch_size, samples = _samples_per_epoch(x, kwargs)
             extra.append(LiveMetrics(self.rank, samples, batch_size, initial_epoch=kwargs.get("initial_epoch") or 0))
         if self.rank != 0:
-            callbacks = [cb for cb in callbacks if type(cb).__name__ not in _ROOT_ONLY_CALLBACKS]
+            callbacks = [cb for cb in callbacks
+                         if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
-        kwargs["callbacks"] = extra + callbacks
+        # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
+        kwargs["callbacks"] = extra + callbacks + [_make_learning_rate_logs_callback(self._keras, self.updates)]
         with _learning_rate_callbacks_in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
             history = self._orig_fit(model, x, y, *args, **kwargs)
         if resume is not None:
@@ -160,6 +164,7 @@ class KerasHooks:
             yield
         finally:
             self.updates.in_fit = False
+            self.updates.unscale_all()  # code after fit in the cell reads the same batches on every rank
             if model.train_function is not None:
                 self._traced_here.add(id(model.train_function))
             model._jit_compile = jit
@@ -282,6 +287,18 @@ def _learning_rate_callbacks_in_single_rank_units(callbacks, updates):
     finally:
         for undo in restore:
             undo()
+
+
+def _make_learning_rate_logs_callback(keras, updates):
+    class LearningRateLogs(keras.callbacks.Callback):
+        """ReduceLROnPlateau and LearningRateScheduler log the rate the optimizer applies (scaled); History should
+        hold the rate the cell's author set."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            if logs and "learning_rate" in logs and updates.lr_factor != 1.0:
+                logs["learning_rate"] = updates.unscaled(float(logs["learning_rate"]))
+
+    return LearningRateLogs()
 
 
 def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight=1.0, mark_synced=None):

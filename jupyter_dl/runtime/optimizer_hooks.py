@@ -8,10 +8,10 @@ where we hook, on the classes, for the duration of one cell:
   averages before its finite check so every rank takes the same skip/apply decision, then calls its inner one);
 - the first update of any variable is preceded by a broadcast of rank 0's value (the ranks may have built their
   models with different random initialisations);
-- the learning rate of an optimizer that `fit` drives is scaled (constants, schedules and callables alike) and put
-  back when the cell ends. `fit` gives each rank its own shard, so the global batch grows with the ranks; a custom
-  loop's batches are the same on every rank, so its averaged gradient is the one-process gradient and its learning
-  rate stays as written.
+- while `fit` runs, the learning rate of every optimizer it drives (the model's, a GAN's two, a LossScaleOptimizer's
+  inner one) is scaled (constants, schedules and callables alike), and put back when that fit ends: `fit` gives each
+  rank its own shard, so the global batch grows with the ranks. A custom loop's batches are the same on every rank,
+  so its averaged gradient is the one-process gradient and its learning rate stays as written.
 """
 import threading
 
@@ -52,11 +52,8 @@ class DistributedUpdates:
         for cls, original in reversed(self._patched):
             cls.apply = original
         self._patched.clear()
-        for restore in reversed(self._restore_lr):
-            restore()
-        self._restore_lr.clear()
+        self.unscale_all()
         self._adopted.clear()
-        self._scaled.clear()
         return False
 
     # ----------------------------------------------------------------------------------------------- apply
@@ -65,10 +62,12 @@ class DistributedUpdates:
 
         def apply(optimizer, grads, trainable_variables=None):
             updates.adopt(optimizer)
-            if not updates.in_fit:
-                updates._note_custom_loop(optimizer)
+            if updates.in_fit:
+                updates.scale_for_sharded_data(optimizer)
             if getattr(updates._local, "inside", False):  # an inner optimizer: the outer one averaged already
                 return original(optimizer, grads, trainable_variables)
+            if not updates.in_fit:
+                updates._note_custom_loop(optimizer)
             updates._local.inside = True
             try:
                 grads = list(grads)
@@ -119,6 +118,13 @@ class DistributedUpdates:
             print(f"[jupyter-dl] {type(optimizer).__name__} updates outside fit (a custom loop): every rank reads the "
                   f"same batches, so this trains exactly as one process would, without a speed-up; fit shards the "
                   f"data for you, or give each rank its part under --manual", flush=True)
+
+    def unscale_all(self):
+        """Put every scaled learning rate back (a rate a callback changed keeps its change, in single-rank units)."""
+        for restore in reversed(self._restore_lr):
+            restore()
+        self._restore_lr.clear()
+        self._scaled.clear()
 
     def scale_for_sharded_data(self, optimizer):
         """Scale the learning rate of an optimizer that trains on sharded data (fit), once per cell."""

@@ -56,6 +56,12 @@ def _preload():
         pass
 
 
+def _wait_for_preload():
+    """A job waits for the background import instead of importing TensorFlow from a second thread beside it."""
+    if _PRELOAD:
+        _PRELOAD[0].join()
+
+
 def preloaded() -> bool:
     """Whether this engine has TensorFlow and Horovod imported (after describe() started the import)."""
     return bool(_PRELOAD) and not _PRELOAD[0].is_alive()
@@ -68,7 +74,10 @@ def manifest():
 
 def receive(blobs: dict, fingerprints: dict):
     """Store shipped values. Raises naming the variable when one cannot be rebuilt here."""
-    values, problems = payload.unpack(blobs, {name: value for name, (_, value) in _SHIPPED.items()})
+    _wait_for_preload()
+    # A model's classes that travel with it win over older ones this engine kept from earlier jobs (the notebook
+    # may have redefined them since); classes shipped in this same batch win over both.
+    values, problems = payload.unpack(blobs)
     for name, why in problems.items():
         raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: {why}")
     for name, value in values.items():
@@ -94,6 +103,7 @@ def run(spec: dict) -> dict:
     # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
     # so a stop requested now lands as soon as the user's code starts.
     watch = _KernelWatch(spec.get("kernel_pid"), spec.get("kernel_host"))
+    _wait_for_preload()
     setup_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
@@ -141,6 +151,7 @@ def run(spec: dict) -> dict:
             names = list(spec["names_out"]) + [n for n in spec["names_in"]
                                                if n not in spec["names_out"] and payload.is_keras_model(namespace[n])]
             outcome["values"] = payload.pack(names, namespace)
+            outcome["environment"] = _environment()
         timings["pack_s"] = time.perf_counter() - t2
     except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
         outcome["probe"] = done.payload
@@ -165,6 +176,19 @@ def run(spec: dict) -> dict:
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
+
+
+def _environment() -> dict:
+    """What this rank ran with, kept with the job's results."""
+    import platform
+
+    found = {"python": platform.python_version()}
+    for name in ("tensorflow", "keras", "horovod"):
+        module = sys.modules.get(name)
+        found[name] = getattr(module, "__version__", None) if module else None
+    if "tensorflow" in sys.modules:
+        found["devices"] = [d.name for d in sys.modules["tensorflow"].config.list_physical_devices()]
+    return found
 
 
 def _ranks_apart(hooks, namespace):

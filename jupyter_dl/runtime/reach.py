@@ -25,7 +25,9 @@ def probe(candidates, port, timeout=1.0) -> dict:
     def attempt(address):
         try:
             with socket.create_connection((address, port), timeout=timeout) as connection:
-                reached[address] = interface_of(connection.getsockname()[0])
+                interface = interface_of(connection.getsockname()[0])
+            if interface:  # a route gloo cannot bind to by name is no route for it
+                reached[address] = interface
         except OSError:
             pass
 

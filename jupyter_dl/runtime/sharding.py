@@ -112,10 +112,13 @@ def shard_py_dataset(data, rank, size):
 def shard_generator(gen, rank, size):
     """Every size-th item of a generator, starting at this rank's. Each rank runs the cell's generator itself, so
     it must yield the same sequence on every rank (seeded shuffles)."""
-    import itertools
-
     def rank_share():  # Keras accepts generators, not other iterators
-        yield from itertools.islice(gen, rank, None, size)
+        group = []
+        for item in gen:
+            group.append(item)
+            if len(group) == size:  # a short last group is dropped: every rank gets as many batches
+                yield group[rank]
+                group = []
 
     return rank_share()
 
@@ -127,29 +130,27 @@ def per_rank_steps(steps, size):
 
 def shard_fit_inputs(x, y, kwargs, rank, size):
     """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators."""
-    streamed = False
     if _is_dataset(x):
-        x, streamed = shard_dataset(x, rank, size), True
+        x = shard_dataset(x, rank, size)
     elif _is_py_dataset(x):
-        x, streamed = shard_py_dataset(x, rank, size), True
+        x = shard_py_dataset(x, rank, size)
     elif _is_array_like(x):
         x, y, sample_weight = shard_arrays((x, y, kwargs.get("sample_weight")), rank, size)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
     elif _is_generator(x):
-        x, streamed = shard_generator(x, rank, size), True
-    if streamed and kwargs.get("steps_per_epoch"):
+        x = shard_generator(x, rank, size)
+    if kwargs.get("steps_per_epoch"):  # for arrays too: Keras would otherwise grow each rank's batch to fit
         kwargs["steps_per_epoch"] = per_rank_steps(kwargs["steps_per_epoch"], size)
     val = kwargs.get("validation_data")
-    val_streamed = False
     if _is_dataset(val):
-        kwargs["validation_data"], val_streamed = shard_dataset(val, rank, size), True
+        kwargs["validation_data"] = shard_dataset(val, rank, size)
     elif _is_py_dataset(val):
-        kwargs["validation_data"], val_streamed = shard_py_dataset(val, rank, size), True
+        kwargs["validation_data"] = shard_py_dataset(val, rank, size)
     elif isinstance(val, (tuple, list)) and val and _is_array_like(val[0]):
         kwargs["validation_data"] = shard_arrays(tuple(val), rank, size)
     elif val is not None and _is_generator(val):
-        kwargs["validation_data"], val_streamed = shard_generator(val, rank, size), True
-    if val_streamed and kwargs.get("validation_steps"):
+        kwargs["validation_data"] = shard_generator(val, rank, size)
+    if val is not None and kwargs.get("validation_steps"):
         kwargs["validation_steps"] = per_rank_steps(kwargs["validation_steps"], size)
     return x, y, kwargs

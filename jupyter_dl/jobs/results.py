@@ -1,0 +1,117 @@
+"""Kernel side: what a successful cell job produced, kept in its directory of the job store, and given back later.
+
+<job dir>/results/
+    models/<name>.keras       each Keras model the cell bound (rank 0's, as it came back), Keras' own format
+    custom_objects.pkl        the cell's classes and functions those models need to load (cloudpickle)
+    history/<name>.json       each History: per-epoch logs, epochs, params
+    cell.py                   the cell's source
+    options.json              the %%distribute options it ran with
+    environment.json          TensorFlow/Keras/Horovod/Python versions, hosts, devices (from the ranks)
+
+Results go with their job: the store's retention (JobStore.retention_days, max_jobs) removes both together.
+"""
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import cloudpickle
+from traitlets import Bool, Float
+from traitlets.config import Configurable
+
+from .. import keras_objects, payload
+
+RESULTS = "results"
+
+
+class JobResults(Configurable):
+    enabled = Bool(True, help="Keep what a successful cell job produced (models, histories, source, options, "
+                              "environment) in its job directory, for jupyter_dl.load_job(ID).").tag(config=True)
+    max_model_mb = Float(500.0, help="Models with more parameters than this many MB of float32 are not kept (a note "
+                                     "says so); their job still keeps everything else.").tag(config=True)
+
+    def save(self, job_dir, values: dict, source: str, options: dict, environment: dict, namespace=None) -> list:
+        """Write the results; returns one-line notes about what was left out."""
+        if not self.enabled:
+            return []
+        # Written aside and renamed into place: a failure half-way leaves no results/ that looks whole.
+        final = pathlib.Path(job_dir) / RESULTS
+        pathlib.Path(job_dir).mkdir(parents=True, exist_ok=True)
+        folder = pathlib.Path(tempfile.mkdtemp(prefix=".results-", dir=job_dir))
+        try:
+            notes = self._write(folder, values, source, options, environment, namespace)
+            os.replace(folder, final)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return notes
+
+    def _write(self, folder, values, source, options, environment, namespace):
+        notes, custom = [], {}
+        for name, value in values.items():
+            if payload.is_keras_model(value):
+                megabytes = value.count_params() * 4 / 1e6 if value.built else 0.0
+                if megabytes > self.max_model_mb:
+                    notes.append(f"model '{name}' ({megabytes:,.0f} MB) not kept: over c.JobResults.max_model_mb")
+                    continue
+                (folder / "models").mkdir(parents=True, exist_ok=True)
+                value.save(folder / "models" / f"{name}.keras")
+                custom.update(keras_objects.custom_objects_of(value, {**(namespace or {}), **values}))
+            elif payload.is_history(value):
+                (folder / "history").mkdir(parents=True, exist_ok=True)
+                (folder / "history" / f"{name}.json").write_text(json.dumps(
+                    {"history": value.history, "epoch": list(value.epoch), "params": dict(value.params or {})},
+                    default=_plain))
+        if custom:
+            (folder / "custom_objects.pkl").write_bytes(cloudpickle.dumps(custom))
+        (folder / "cell.py").write_text(source)
+        (folder / "options.json").write_text(json.dumps(options, default=_plain, indent=1))
+        (folder / "environment.json").write_text(json.dumps(environment, default=str, indent=1))
+        return notes
+
+
+@dataclass
+class SavedJob:
+    """A finished job's results: `models` and `histories` by the names the cell bound them to."""
+    id: str
+    models: dict = field(default_factory=dict)
+    histories: dict = field(default_factory=dict)
+    source: str = ""
+    options: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def model(self):
+        """The job's model, when it kept exactly one."""
+        if len(self.models) != 1:
+            raise AttributeError(f"job {self.id} kept {len(self.models)} models ({', '.join(self.models) or 'none'})"
+                                 f"; pick one from .models")
+        return next(iter(self.models.values()))
+
+
+def load(job_dir, job_id) -> SavedJob:
+    import keras
+
+    folder = pathlib.Path(job_dir) / RESULTS
+    if not folder.is_dir():
+        raise FileNotFoundError(f"job {job_id} kept no results (it did not succeed, ran before results were kept, "
+                                f"or c.JobResults.enabled is off)")
+    saved = SavedJob(job_id, source=(folder / "cell.py").read_text(),
+                     options=json.loads((folder / "options.json").read_text()),
+                     environment=json.loads((folder / "environment.json").read_text()))
+    custom_file = folder / "custom_objects.pkl"
+    custom = cloudpickle.loads(custom_file.read_bytes()) if custom_file.exists() else {}
+    for path in sorted((folder / "models").glob("*.keras")):
+        # Our own kernel wrote these: Lambda layers and the cell's own code in them are the user's.
+        saved.models[path.stem] = keras.saving.load_model(path, custom_objects=custom, safe_mode=False)
+    for path in sorted((folder / "history").glob("*.json")):
+        saved.histories[path.stem] = json.loads(path.read_text())
+    return saved
+
+
+def _plain(value):
+    """JSON for what logs and options hold besides plain numbers: arrays (per-class metrics), numpy scalars."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
