@@ -68,19 +68,23 @@ def _function_payload(value) -> FunctionPayload | None:
     fn = value.python_function if _is_tf_function(value) else value
     if not isinstance(fn, types.FunctionType) or fn.__module__ != "__main__":
         return None
-    bare = types.FunctionType(fn.__code__, {"__builtins__": builtins}, fn.__name__, fn.__defaults__, fn.__closure__)
-    bare.__kwdefaults__, bare.__qualname__, bare.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    bare = _with_globals(fn, {"__builtins__": builtins})
     bare.__module__ = "__main__"
-    bare.__dict__.update(fn.__dict__)
     options = {"jit_compile": getattr(value, "_jit_compile", None)} if fn is not value else None
     return FunctionPayload(cloudpickle.dumps(bare), options)
 
 
+def _with_globals(fn, globals_: dict):
+    """The same function (code, defaults, closure, attributes) reading its globals from `globals_`."""
+    copy = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    copy.__dict__.update(fn.__dict__)
+    return copy
+
+
 def _rebuild_function(payload: FunctionPayload, namespace: dict):
     fn = cloudpickle.loads(payload.blob)
-    rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
-    rebuilt.__kwdefaults__, rebuilt.__qualname__, rebuilt.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
-    rebuilt.__dict__.update(fn.__dict__)
+    rebuilt = _with_globals(fn, namespace)
     if payload.tf_function is not None:
         import tensorflow as tf
 

@@ -40,7 +40,8 @@ def _version_tuple(text):
     return tuple(parts)
 
 
-def _dist_version(*names):
+def dist_version(*names):
+    """The installed version of the first of these distributions that is installed, or None."""
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -153,7 +154,7 @@ def python_check():
 def stack_checks(probe):
     """TensorFlow, Keras, Horovod and its build flags, GPUs and CUDA, from the child process's report."""
     checks = []
-    tf_version = probe.get("tf") or _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
+    tf_version = probe.get("tf") or dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
     if probe.get("probe_error"):
         checks.append(Check("TensorFlow / Horovod import", FAIL, probe["probe_error"],
                             "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild"))
@@ -167,14 +168,14 @@ def stack_checks(probe):
                                                                                         "install-horovod)"))
     else:
         checks.append(Check("TensorFlow", OK, tf_version))
-    keras_version = probe.get("keras") or _dist_version("keras")
+    keras_version = probe.get("keras") or dist_version("keras")
     if keras_version:
         checks.append(Check("Keras", OK if _version_tuple(keras_version) >= (3,) else WARN, keras_version,
                             "" if _version_tuple(keras_version) >= (3,) else _pip("keras>=3")))
     elif tf_version:
         checks.append(Check("Keras", FAIL, "not importable", _pip("keras>=3")))
 
-    hvd_version = probe.get("hvd") or _dist_version("horovod")
+    hvd_version = probe.get("hvd") or dist_version("horovod")
     gpus = probe.get("gpus") or []
     if not hvd_version:
         checks.append(Check("Horovod", FAIL, "not installed", "jupyter-dl install-horovod"))
@@ -213,7 +214,7 @@ def stack_checks(probe):
 
 
 def ipyparallel_check():
-    version = _dist_version("ipyparallel")
+    version = dist_version("ipyparallel")
     if not version:
         return Check("ipyparallel", FAIL, "not installed", _pip("ipyparallel>=9.2"))
     if _version_tuple(version) < MIN_IPP:

@@ -5,7 +5,6 @@ Why not `pip install horovod`: Horovod's extension links against TensorFlow's C+
 with `--no-build-isolation`; pip's wheel cache is keyed by the sdist alone and silently reuses a wheel built for
 another TF, hence `--no-cache-dir` and our own cache (~/.cache/jupyter-dl/wheels/horovod-<v>-tf<v>-cp<xy>[-nccl], the
 layout scripts/setup.sh has always used, so existing caches keep working)."""
-import importlib.metadata
 import importlib.util
 import os
 import shlex
@@ -22,6 +21,7 @@ from traitlets import Bool, Integer, Unicode, validate
 from traitlets.config import Application
 
 from .._version import __version__
+from .doctor import dist_version
 
 BUILD_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel")  # setup.py imports, no isolation
 RUNTIME_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging")
@@ -50,15 +50,6 @@ class Plan:
     env: dict = field(default_factory=dict)   # variables the build sets (beyond the inherited environment)
     command: list = field(default_factory=list)
     shim: Path | None = None
-
-
-def _dist_version(*names):
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _include_dirs():
@@ -157,7 +148,7 @@ class InstallHorovodApp(Application):
 
     def prerequisites(self, gpu_ops):
         path = self._path()
-        tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
+        tf = dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
         cmake = _which("cmake", path)
         cxx = os.environ.get("CXX") or next((c for c in ("g++", "c++", "clang++") if _which(c, path)), None)
         cxx = _which(cxx, path) if cxx else None
@@ -225,7 +216,7 @@ class InstallHorovodApp(Application):
 
     def plan(self):
         gpu_ops, reason = self.resolve_gpu_ops()
-        tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly") or "none"
+        tf = dist_version("tensorflow", "tensorflow-cpu", "tf-nightly") or "none"
         py = f"cp{sys.version_info[0]}{sys.version_info[1]}"
         key = f"horovod-{self.horovod_version}-tf{tf}-{py}" + (f"-{gpu_ops.lower()}" if gpu_ops else "")
         wheel_dir = Path(self.cache_dir, "wheels", key)

@@ -100,9 +100,6 @@ class KerasHooks:
         self._keras.config.set_dtype_policy(self._dtype_policy)
         return False
 
-    def _weight_variable(self):
-        return self.updates.gradient_weight
-
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
         from .sharding import shard_fit_inputs
@@ -116,7 +113,7 @@ class KerasHooks:
 
         balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
         if balanced is None:
-            self._weight_variable().assign(1.0)
+            self.updates.gradient_weight.assign(1.0)
             x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
         else:
             x, y, kwargs = balanced
@@ -129,7 +126,7 @@ class KerasHooks:
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume,
-                                     float(self._weight_variable().numpy()), self.updates.mark_synced)]
+                                     float(self.updates.gradient_weight.numpy()), self.updates.mark_synced)]
         if checkpoint is not None:
             extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
@@ -194,7 +191,7 @@ class KerasHooks:
         val = kwargs.get("validation_data")
         if isinstance(val, tuple) and val:
             kwargs["validation_data"] = shard_arrays(val, self.rank, self.size)
-        self._weight_variable().assign(batches[self.rank] / batch)
+        self.updates.gradient_weight.assign(batches[self.rank] / batch)
         if self.rank == 0:
             rates = ", ".join(f"{s:,.0f}" for s in speeds)
             print(f"[jupyter-dl] --balance: per-rank batch sizes {batches} (global {batch * self.size}) for measured "
