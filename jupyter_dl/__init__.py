@@ -1,7 +1,8 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
 from ._version import __version__
 
-__all__ = ["LiveMetrics", "__version__", "distribute", "load_ipython_extension", "load_job", "lr_find", "shutdown"]
+__all__ = ["LiveMetrics", "__version__", "compare", "distribute", "load_ipython_extension", "load_job", "lr_find",
+           "shutdown"]
 
 
 def LiveMetrics(*args, **kwargs):
@@ -36,6 +37,15 @@ def load_job(job_id):
 
 
 load_job.__doc__ = "A finished job's kept models, histories, source, options and environment; see jupyter_dl.api."
+
+
+def compare(ids, x="step"):
+    from .api import compare as _compare
+
+    return _compare(ids, x)
+
+
+compare.__doc__ = "Runs side by side: their curves and a table of what differs; see jupyter_dl.api.compare."
 
 
 def shutdown():

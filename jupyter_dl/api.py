@@ -171,6 +171,22 @@ def load_job(job_id):
     return load(store.job_dir(job_id), job_id)
 
 
+def compare(ids, x="step"):
+    """Compare jobs side by side (ids as %dl_jobs shows them, unique id prefixes, or unique job names): a plotly
+    figure of their loss and metric curves against x ("step", "epoch" or "time"), and a table of the settings that
+    differ, final metrics, wall time, samples/s and scaling efficiency across rank counts of the same cell. Returns
+    a live.compare_figure.Comparison: shown as the figure and the table; `.data` is the JSON-able comparison."""
+    from .comparison import CompareSettings, compare_jobs
+    from .live.compare_figure import Comparison
+    from .live.theme import template_for
+
+    parent = _session._parent if _session is not None else None
+    store = _session.store if _session is not None else JobStore()
+    theme = _session.view_settings.theme if _session is not None else "auto"
+    data = compare_jobs(store, ids, x, settings=CompareSettings(parent=parent))
+    return Comparison(data, template_for(theme))
+
+
 def bind_results(result, namespace):
     """Put what rank 0 bound into the namespace; say which names could not come back. Those are removed from the
     namespace: an older value left under the name would look like the job's result."""

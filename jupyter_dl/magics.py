@@ -6,6 +6,7 @@ from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import api
+from .comparison import X_AXES
 from .errors import JobCancelled, UsageError
 from .launcher import CellWork
 from .live import summary as summary_mod
@@ -125,6 +126,13 @@ def _hosts(status) -> str:
                      for host, ids in by_host.items())
 
 
+def _compare_parser():
+    p = _Parser(prog="%dl_compare", add_help=False)
+    p.add_argument("job_ids", nargs="*", metavar="ID")
+    p.add_argument("--x", choices=X_AXES, default="step", help="the curves' x axis")
+    return p
+
+
 def _lr_find_parser():
     p = _Parser(prog="%lr_find", add_help=False)
     p.add_argument("model")
@@ -205,6 +213,18 @@ class DistributeMagics(Magics):
                       end="")
         except (UsageError, ServiceError) as exc:
             raise IPythonUsageError(str(exc)) from None
+
+    @line_magic
+    def dl_compare(self, line):
+        """%dl_compare ID ID [ID ...] [--x step|epoch|time] -- the runs' curves overlaid, and a table of the settings
+        that differ, final metrics, wall time, samples/s and scaling efficiency. IDs as %dl_jobs shows them."""
+        try:
+            args = _compare_parser().parse_args(shlex.split(line))
+            return api.compare(args.job_ids, x=args.x)
+        except UsageError as exc:
+            message = str(exc)  # argparse's errors name the magic already
+            raise IPythonUsageError(message if message.startswith("%dl_compare") else f"%dl_compare: {message}") \
+                from None
 
     @line_magic
     def lr_find(self, line):
