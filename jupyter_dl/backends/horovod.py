@@ -137,9 +137,11 @@ def rank_and_size():
     return hvd.rank(), hvd.size()
 
 
-def average_gradients(grads, weight=None, name="jdl_grads"):
+def average_gradients(grads, weight=None, name="jdl_grads", timer=None):
     """Average a list of gradients (None kept in place) across ranks in one fused collective. `weight` (a scalar
-    variable) scales this rank's gradients first: its share of the global batch when ranks' batches differ."""
+    variable) scales this rank's gradients first: its share of the global batch when ranks' batches differ. `timer`
+    (a float64 variable) accumulates the seconds this rank spent in the collective: waiting for the other ranks'
+    gradients, then exchanging them (the summary's compute vs allreduce split)."""
     import horovod.tensorflow as hvd
 
     present = [i for i, g in enumerate(grads) if g is not None]
@@ -152,11 +154,31 @@ def average_gradients(grads, weight=None, name="jdl_grads"):
     dense = [_dense(grads[i]) for i in present]
     if weight is not None:
         dense = [g * _cast(weight, g.dtype) for g in dense]
-    reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True)
+    if timer is None:
+        reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True)
+    else:
+        reduced = _timed(timer, dense, lambda ready: hvd.grouped_allreduce(ready, op=hvd.Average, name=name,
+                                                                            ignore_name_scope=True))
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r
     return out
+
+
+def _timed(timer, inputs, collective):
+    """collective(inputs), with the time between all inputs being ready and all outputs being ready added to
+    `timer`. Control dependencies order the timestamps inside a traced step, where Python timing cannot see."""
+    import tensorflow as tf
+
+    with tf.control_dependencies(inputs):
+        started = tf.timestamp()
+    with tf.control_dependencies([started]):
+        inputs = [tf.identity(t) for t in inputs]
+    outputs = collective(inputs)
+    with tf.control_dependencies(outputs):
+        added = timer.assign_add(tf.timestamp() - started)
+    with tf.control_dependencies([added]):
+        return [tf.identity(t) for t in outputs]
 
 
 def broadcast_from_root(variables, root_rank=0):

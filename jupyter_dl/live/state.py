@@ -4,6 +4,10 @@ from collections import deque
 
 from .series import DownsampledSeries
 
+# What a rank's resource sample may hold (runtime/resources.py): process CPU % (100 = one core), resident memory,
+# and where the rank has a GPU, its utilisation % and memory in use.
+RESOURCE_KEYS = ("cpu", "rss_mb", "gpu_util", "gpu_mem_mb")
+
 
 class TrainingState:
     """Consumes records; exposes bounded series, progress and throughput.
@@ -37,6 +41,7 @@ class TrainingState:
         self.first_t = None
         self.last_t = None
         self.restarts = []                                 # {"attempt", "reason", "step", "epoch"} per restart
+        self.resources = {}                                # rank -> {"t": [...], "cpu": [...], "rss_mb": [...], ...}
         self._pending_restart = None
 
     # ---------------------------------------------------------------------------------------------- input
@@ -59,9 +64,38 @@ class TrainingState:
             elif kind == "epoch":
                 self._epoch(record)
             elif kind == "throughput":
-                self.throughput[record["rank"]] = {k: record[k] for k in ("samples", "steps", "seconds")}
+                self.throughput[record["rank"]] = {k: record[k] for k in ("samples", "steps", "seconds", "allreduce_s")
+                                                   if k in record}
+            elif kind == "resources":
+                self._resources(record)
             elif kind == "end":
                 self.ended_ranks.add(record["rank"])
+
+    def _resources(self, record):
+        """One rank's resource sample: kept per rank as parallel lists, thinned to the budget by dropping every
+        other point when full (the shape of a long run stays; the store keeps every sample)."""
+        series = self.resources.setdefault(record["rank"], {"t": []})
+        if len(series["t"]) >= self.budget:
+            for values in series.values():
+                del values[::2]
+        series["t"].append(record["t"])
+        for key in RESOURCE_KEYS:
+            if key in record:
+                values = series.setdefault(key, [None] * (len(series["t"]) - 1))
+                values.append(record[key])
+        for key, values in series.items():
+            if len(values) < len(series["t"]):
+                values.append(None)
+
+    def time_split(self):
+        """Where training time went, from the ranks' own clocks: {rank: {"seconds", "allreduce_s", "share"}} for
+        ranks that timed their gradient allreduces (zero-code jobs), where share is the allreduce fraction."""
+        split = {}
+        for rank, v in sorted(self.throughput.items()):
+            if v.get("seconds") and v.get("allreduce_s") is not None:
+                split[rank] = {"seconds": v["seconds"], "allreduce_s": v["allreduce_s"],
+                               "share": min(1.0, max(0.0, v["allreduce_s"] / v["seconds"]))}
+        return split
 
     def _batch(self, record):
         if record["step"] == 1:

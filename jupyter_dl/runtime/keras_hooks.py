@@ -133,7 +133,8 @@ class KerasHooks:
             from .live import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
-            extra.append(LiveMetrics(self.rank, samples, batch_size, initial_epoch=kwargs.get("initial_epoch") or 0))
+            extra.append(LiveMetrics(self.rank, samples, batch_size, initial_epoch=kwargs.get("initial_epoch") or 0,
+                                     allreduce_seconds=lambda: float(self.updates.allreduce_seconds.numpy())))
         if self.rank != 0:
             callbacks = [cb for cb in callbacks
                          if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]

@@ -33,7 +33,7 @@ def _make_callback_class():
 
     class LiveMetrics(keras.callbacks.Callback):
         def __init__(self, rank=None, samples_per_epoch=None, batch_size=None, flush_interval=FLUSH_INTERVAL,
-                     publish=None, initial_epoch=0):
+                     publish=None, initial_epoch=0, allreduce_seconds=None):
             super().__init__()
             if rank is None:
                 from ..backends import horovod as backend
@@ -43,6 +43,10 @@ def _make_callback_class():
             self.samples_per_epoch = samples_per_epoch
             self.batch_size = batch_size
             self.initial_epoch = initial_epoch  # > 0 when resuming from a checkpoint
+            # Reads the seconds this rank has spent in gradient allreduces so far (zero-code jobs), for the
+            # summary's compute vs allreduce split.
+            self._allreduce_seconds = allreduce_seconds
+            self._allreduce_at_begin = 0.0
             self.flush_interval = flush_interval
             self._publish = publish if publish is not None else engine_publisher()
             self._buffer = []
@@ -78,6 +82,8 @@ def _make_callback_class():
         # ---------------------------------------------------------------------------------------- callbacks
         def on_train_begin(self, logs=None):
             stall_watch.fit_started()
+            if self._allreduce_seconds is not None:
+                self._allreduce_at_begin = self._allreduce_seconds()
             params = self.params or {}
             self._epoch_steps = params.get("steps")
             self._emit({"kind": "begin", "rank": self.rank, "t": time.time(), "epochs": params.get("epochs"),
@@ -104,6 +110,8 @@ def _make_callback_class():
             self._train_seconds += time.perf_counter() - self._epoch_start
             throughput = {"kind": "throughput", "rank": self.rank, "t": time.time(), "epoch": epoch,
                           "samples": self._samples, "steps": self._steps, "seconds": self._train_seconds}
+            if self._allreduce_seconds is not None:
+                throughput["allreduce_s"] = self._allreduce_seconds() - self._allreduce_at_begin
             if self.rank == 0:
                 self._buffer.append({"kind": "epoch", "t": time.time(), "epoch": epoch,
                                      "logs": {k: float(v) for k, v in (logs or {}).items()}})

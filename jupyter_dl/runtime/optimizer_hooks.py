@@ -26,6 +26,7 @@ class DistributedUpdates:
         self.rank = rank
         self.in_fit = False             # set by the fit hook while Keras' fit runs
         self.gradient_weight = None     # this rank's share of the global batch x ranks (1.0 for an even split)
+        self.allreduce_seconds = None   # seconds this rank spent in gradient allreduces during the cell
         self._patched = []              # (class, original apply)
         self._adopted = {}              # id(optimizer) -> optimizer, for as long as the cell runs
         self._collective_names = {}     # id(optimizer) -> name of its gradient allreduce, the same on every rank
@@ -42,6 +43,7 @@ class DistributedUpdates:
 
         # A variable, not a constant: a compiled train step is traced once and reused while --balance changes it.
         self.gradient_weight = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="jdl_gradient_weight")
+        self.allreduce_seconds = tf.Variable(0.0, trainable=False, dtype=tf.float64, name="jdl_allreduce_seconds")
         for cls in _classes_defining_apply(BaseOptimizer):
             original = cls.__dict__["apply"]
             self._patched.append((cls, original))
@@ -76,7 +78,8 @@ class DistributedUpdates:
                 updates.sync_from_root(variables)
                 updates._updated.update((id(v), v) for v in variables)
                 grads = backend.average_gradients(grads, updates.gradient_weight,
-                                                  name=updates._collective_names[id(optimizer)])
+                                                  name=updates._collective_names[id(optimizer)],
+                                                  timer=updates.allreduce_seconds)
                 return original(optimizer, grads, trainable_variables)
             finally:
                 updates._local.inside = False

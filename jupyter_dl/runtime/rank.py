@@ -20,8 +20,10 @@ import traceback
 from .. import keras_objects, payload
 from ..backends import horovod as backend
 from . import divergence
+from .live import engine_publisher
 from .native_stderr import NativeStderr
 from .probe import ProbeDone
+from .resources import ResourceSampler
 from .stall_watch import StallWatch
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -129,7 +131,8 @@ def run(spec: dict) -> dict:
                                batch_size=spec.get("batch_size"), lr_multiplier=spec.get("lr_multiplier", 1.0))
         t1 = time.perf_counter()
         stall_watch = StallWatch(rank, spec.get("stall_s"), _stall_reporter(rank))
-        with NativeStderr(sys.stderr), stall_watch, hooks if hooks is not None else contextlib.nullcontext():
+        sampler = ResourceSampler(rank, spec.get("resource_interval", 0), engine_publisher())
+        with NativeStderr(sys.stderr), stall_watch, sampler, hooks if hooks is not None else contextlib.nullcontext():
             if spec["mode"] == "cell":
                 filename = f"<distribute-cell {spec.get('job_name', '')}>"
                 linecache.cache[filename] = (len(spec["code"]), None, spec["code"].splitlines(True), filename)
