@@ -75,7 +75,7 @@ class ClusterManager(Configurable):
         self._require_none_in_use()
         engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
         devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
-        n = n or (len(devices) if devices else self.default_size())
+        requested, n = n, n or (len(devices) if devices else self.default_size())
         if n < 1:
             raise UsageError(f"-n must be at least 1 (got {n})")
         if engines == "local" and not devices:
@@ -84,11 +84,17 @@ class ClusterManager(Configurable):
             raise UsageError(f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); "
                              f"lower -n or widen --gpus")
         try:
+            # parent=self: ipyparallel's own traits (c.SSHEngineSetLauncher.engines, c.Cluster.controller_ip, ...)
+            # come from the same config as ours, in a notebook or in a script's Session(parent=...), merged by
+            # ipyparallel with the profile's ipcluster_config.py.
             cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
-                                  engines=engines, log_level=40)
+                                  engines=engines, log_level=40, parent=self)
         except Exception as exc:  # traitlets refuses an unknown launcher name
             raise UsageError(f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge "
                              f"or lsf") from None
+        if engines == "ssh":
+            hosts = self._prepare_ssh(cluster)
+            n = cluster.n = requested or sum(hosts.values())
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
         controller_pid = getattr(cluster.controller, "pid", None)
@@ -104,10 +110,44 @@ class ClusterManager(Configurable):
             raise
         return self.status()
 
+    # ------------------------------------------------------------------------------------------ ssh engines
+    @staticmethod
+    def _configured(config, classes, name) -> bool:
+        """Whether `config` sets trait `name` on any of `classes` (traitlets config sections by class name)."""
+        return any(cls.__name__ in config and name in config[cls.__name__] for cls in classes)
+
+    def _prepare_ssh(self, cluster) -> dict:
+        """{host: engines} from ipyparallel's c.SSHEngineSetLauncher.engines, refused when empty before any process
+        starts (ipyparallel would start no engine and the wait would only time out); and the controller pointed at
+        this host's address on its route to them: ipyparallel's default, loopback, is out of their reach.
+        c.Cluster.controller_ip / controller_location override that."""
+        from ipyparallel.cluster.launcher import SSHEngineSetLauncher
+
+        from . import network
+
+        hosts = SSHEngineSetLauncher(config=cluster.config).engines
+        if not hosts:
+            raise UsageError("--engines ssh needs a host list: set c.SSHEngineSetLauncher.engines = {'host1': 2, "
+                             "'host2': 2} (engines per host) in your IPython or ipcluster config")
+        if not self._configured(cluster.config, [type(cluster)], "controller_ip"):
+            cluster.controller_ip = network.address_toward([network.ssh_target(host) for host in hosts])
+            if not self._configured(cluster.config, [type(cluster)], "controller_location"):
+                cluster.controller_location = cluster.controller_ip
+        return {host: spec.get("n", 1) if isinstance(spec, dict) else int(spec) for host, spec in hosts.items()}
+
+    def _ssh_engine_options(self) -> dict:
+        """Launcher settings the SSH engines need unless configured: this kernel's Python, which has jupyter-dl,
+        Horovod and ipyparallel, at the same path on the other hosts (a shared filesystem or image)."""
+        from ipyparallel.cluster.launcher import SSHEngineSetLauncher
+
+        if self._configured(self.cluster.config, SSHEngineSetLauncher.mro(), "remote_python"):
+            return {}
+        return {"remote_python": sys.executable}
+
     def _start_engines(self, n, devices=()):
         self._expected += n
         if self._launcher != "local":
-            extra = {}
+            extra = self._ssh_engine_options() if self._launcher == "ssh" else {}
             if hasattr(self.cluster.engine_launcher_class, "batch_file_name"):
                 # A scheduler's batch script goes with the cluster's files, not into the notebook's folder.
                 extra["batch_file_name"] = os.path.join(self.cluster.profile_dir,
@@ -374,6 +414,24 @@ class ClusterManager(Configurable):
             "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}, key=lambda g: (len(g), g)),
             "launcher": self._launcher if self.owned else None,
         }
+
+    def silent_hosts(self, ids, hosts, timeout=2.0) -> dict:
+        """{hostname: [rank, ...]} of the job's hosts where no engine answers a no-op within `timeout` while
+        ipyparallel still lists them: a host cut off from this kernel (link down, host frozen). An engine that died
+        or was killed is unlisted by its nanny within about a second, so a killed rank does not make its host look
+        lost; the controller itself only notices a silent host after its heartbeats fail for ~30 s."""
+        listed = set(self.client.ids) if self.client is not None else set()
+        asked = {eid: self.client[eid].apply_async(os.getpid) for eid in ids if eid in listed}
+        deadline = time.monotonic() + timeout
+        for reply in asked.values():
+            reply.wait(max(0.0, deadline - time.monotonic()))
+        still_listed = set(self.client.ids) if asked else set()
+        silent = {eid for eid, reply in asked.items() if not reply.ready() and eid in still_listed}
+        by_host = {}
+        for rank, (eid, host) in enumerate(zip(ids, hosts)):
+            by_host.setdefault(host, []).append((rank, eid))
+        return {host: [rank for rank, _ in ranks] for host, ranks in by_host.items()
+                if all(eid in silent for _, eid in ranks)}
 
     def all_local(self, ids) -> bool:
         me = socket.gethostname()

@@ -35,3 +35,26 @@ def choose_route(probes, candidates, port):
     reachable = "; ".join(f"{f['hostname']}: {', '.join(f['reached'])}" for f in probes)
     raise UsageError(f"no address of this host is reachable from every rank's host ({reachable}); set "
                      f"c.Launcher.rendezvous_address to one they all reach")
+
+
+def ssh_target(host: str) -> str:
+    """The host name or address in an SSH launcher's host key ('user@node3:2222' -> 'node3')."""
+    host = host.rsplit("@", 1)[-1]
+    if host.startswith("["):  # [v6 address]:port
+        return host[1:].split("]", 1)[0]
+    return host.split(":", 1)[0] if host.count(":") == 1 else host
+
+
+def address_toward(hosts) -> str:
+    """This host's address on its route to the first of `hosts` it has a route to (the kernel's side of the network
+    the hosts share). No packet is sent: connecting a UDP socket only picks the route."""
+    tried = []
+    for host in hosts:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.connect((host, 9))
+                return udp.getsockname()[0]
+        except OSError as exc:
+            tried.append(f"{host} ({exc.strerror or exc})")
+    raise UsageError(f"no route from this host to {', '.join(tried)}; check the host list "
+                     f"(c.SSHEngineSetLauncher.engines), or set c.Cluster.controller_ip to an address they reach")

@@ -3,99 +3,40 @@ by veth pairs on a private bridge, with interface names that are not eth0 (and d
 (this process) stays in the root namespace; an ipyparallel controller listens on the bridge; two engines run in
 each namespace. Everything the test creates is removed afterwards, also on failure."""
 import os
-import shutil
-import subprocess
-import sys
+import re
 import time
 
+import netns
 import numpy as np
 import pytest
-
-BRIDGE, KERNEL_ADDRESS = "jdlbr0", "10.77.0.1"
-HOSTS = [  # namespace, hostname, interface name inside, address
-    ("jdl-ns-a", "jdl-host-a", "ens5", "10.77.0.2"),
-    ("jdl-ns-b", "jdl-host-b", "enp3s0", "10.77.0.3"),
-]
-
-
-def sh(*args, check=True):
-    return subprocess.run(args, check=check, capture_output=True, text=True)
-
-
-def _teardown_network():
-    for namespace, *_ in HOSTS:
-        sh("ip", "netns", "del", namespace, check=False)
-        shutil.rmtree(f"/etc/netns/{namespace}", ignore_errors=True)
-    for index in range(len(HOSTS)):
-        sh("ip", "link", "del", f"jdl-veth{index}", check=False)
-    sh("ip", "link", "del", BRIDGE, check=False)
-
-
-def _make_network():
-    _teardown_network()  # what a killed earlier run left
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{KERNEL_ADDRESS}/24", "dev", BRIDGE)
-    sh("ip", "link", "set", BRIDGE, "up")
-    for index, (namespace, _, interface, address) in enumerate(HOSTS):
-        outside = f"jdl-veth{index}"
-        sh("ip", "netns", "add", namespace)
-        sh("ip", "link", "add", outside, "type", "veth", "peer", "name", f"jdl-tmp{index}")
-        sh("ip", "link", "set", f"jdl-tmp{index}", "netns", namespace)
-        sh("ip", "netns", "exec", namespace, "ip", "link", "set", f"jdl-tmp{index}", "name", interface)
-        sh("ip", "link", "set", outside, "master", BRIDGE)
-        sh("ip", "link", "set", outside, "up")
-        sh("ip", "netns", "exec", namespace, "ip", "addr", "add", f"{address}/24", "dev", interface)
-        sh("ip", "netns", "exec", namespace, "ip", "link", "set", interface, "up")
-        sh("ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up")
-        # Hosts resolve each other's names, as on a real network (`ip netns exec` mounts this over /etc/hosts).
-        os.makedirs(f"/etc/netns/{namespace}", exist_ok=True)
-        with open(f"/etc/netns/{namespace}/hosts", "w") as hosts:
-            hosts.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for _, h, _, a in HOSTS))
+from netns import HOSTS, KERNEL_ADDRESS
 
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
     """A controller on the bridge and 2 engines in each namespace; yields the client connection file."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
-        pytest.skip("network namespaces need root and iproute2/util-linux")
-    try:
-        _make_network()
-    except subprocess.CalledProcessError as exc:
-        _teardown_network()
-        pytest.skip(f"this kernel forbids creating network namespaces here: {exc.stderr.strip()}")
     import ipyparallel as ipp
 
-    cluster = ipp.Cluster(n=0, controller_ip=KERNEL_ADDRESS, controller_location=KERNEL_ADDRESS, log_level=40,
-                          cluster_id=f"jdl-multihost-{os.getpid()}")
-    engines = []
-    logs = open(tmp_path_factory.mktemp("engines") / "engines.log", "w")  # kept with the test's files
-    try:
-        cluster.start_controller_sync()
-        engine_file = os.path.join(cluster.profile_dir, "security", f"ipcontroller-{cluster.cluster_id}-engine.json")
-        for namespace, hostname, *_ in HOSTS:
-            for _ in range(2):
-                engines.append(subprocess.Popen(
-                    ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-                     f'hostname {hostname} && exec "$0" -m ipyparallel.engine --file="$1" --log-level=40',
-                     sys.executable, engine_file],
-                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                    stdout=logs, stderr=subprocess.STDOUT))
-        client = cluster.connect_client_sync()
-        deadline = time.monotonic() + 120
-        while len(client.ids) < 4:
-            assert time.monotonic() < deadline, "engines in the namespaces never registered"
-            assert all(e.poll() is None for e in engines), "an engine in a namespace exited"
-            time.sleep(0.2)
-        client.close()
-        yield cluster.cluster_file
-    finally:
-        for engine in engines:
-            engine.kill()
-        for engine in engines:
-            engine.wait(10)
-        cluster.stop_cluster_sync()
-        _teardown_network()
-        logs.close()
+    with netns.hosts(), open(tmp_path_factory.mktemp("engines") / "engines.log", "w") as logs:
+        cluster = ipp.Cluster(n=0, controller_ip=KERNEL_ADDRESS, controller_location=KERNEL_ADDRESS, log_level=40,
+                              cluster_id=f"jdl-multihost-{os.getpid()}")
+        engines = []
+        try:
+            cluster.start_controller_sync()
+            engine_file = os.path.join(cluster.profile_dir, "security",
+                                       f"ipcontroller-{cluster.cluster_id}-engine.json")
+            for namespace, hostname, *_ in HOSTS:
+                engines += netns.start_engines(namespace, hostname, engine_file, 2, logs)
+            client = cluster.connect_client_sync()
+            netns.wait_for_engines(client, 4, engines)
+            client.close()
+            yield cluster.cluster_file
+        finally:
+            for engine in engines:
+                engine.kill()
+            for engine in engines:
+                engine.wait(10)
+            cluster.stop_cluster_sync()
 
 
 @pytest.fixture
@@ -167,3 +108,106 @@ def test_a_host_that_cannot_reach_the_kernel_is_named_within_seconds(session):
                                          r"on port \d+ at 10\.77\.0\.99"):
         session.launcher.run(FunctionWork(os.getpid), RunOptions(n=4))
     assert time.monotonic() - t < 15
+
+
+SLOW_HOST_CELL = """
+import horovod.tensorflow as hvd
+import keras
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(512, activation="relu"),
+                          keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10, activation="softmax")])
+model.compile(keras.optimizers.Adam(0.001), "sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit(x_train, y_train, batch_size=128, epochs=1, verbose=0)
+checksums = hvd.allgather_object(float(sum(abs(v.numpy()).sum() for v in model.trainable_variables)))
+"""
+
+
+def test_balance_auto_gives_a_slowed_host_smaller_batches(session, digits, capsys):
+    """Host b's processes share a fifth of one CPU (a CFS quota, whatever else the machine runs): with ranks on
+    several hosts, --balance auto (the default) measures every rank and gives host b's ranks smaller batches."""
+    from jupyter_dl.launcher import CellWork
+    from jupyter_dl.options import RunOptions
+
+    namespace = dict(digits)
+    netns.slow_down(HOSTS[1][0], cpu_share=0.2)
+    try:
+        result = session.launcher.run(CellWork(SLOW_HOST_CELL, namespace), RunOptions(n=4, timeout=600, plot=False))
+    finally:
+        netns.remove_cgroup()
+    line = next(l for l in capsys.readouterr().out.splitlines() if "per-rank batch sizes" in l)
+    sizes = [int(v) for v in re.search(r"batch sizes \[([\d, ]+)\]", line).group(1).split(",")]
+    slowed = [r for r, host in enumerate(result.job.hosts) if host == HOSTS[1][1]]
+    fast = [r for r in range(4) if r not in slowed]
+    assert sum(sizes) == 512 and len(slowed) == 2, line
+    assert min(sizes[r] for r in fast) > 1.5 * max(sizes[r] for r in slowed), line
+    assert len(set(result.values["checksums"])) == 1  # every rank holds the same weights
+
+
+LINK_CUT_CELL = """
+import os
+import keras
+
+class CutHere(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3 and not os.path.exists(MARKER):  # training is under way on every rank: time to cut
+            open(MARKER, "w").close()
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile("sgd", "sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=200, batch_size=8, verbose=0, callbacks=[CutHere()])
+"""
+COLLECTIVE_TIMEOUT = 8  # seconds a rank waits for a peer in a collective (c.Launcher.collective_timeout)
+
+
+def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(session, digits, tmp_path):
+    """Host b's link goes down while the 4 ranks train. Its ranks can neither finish nor say so; host a's ranks
+    leave the collective when gloo gives up on their peers, and the job ends with an error, in the bounds the
+    fault suite gives a stall (the configured wait + 10 s). The next job runs on host a's engines."""
+    import threading
+
+    from jupyter_dl.errors import DistributeError
+    from jupyter_dl.launcher import CellWork, FunctionWork
+    from jupyter_dl.options import RunOptions
+
+    marker = str(tmp_path / "training")
+    session.launcher.collective_timeout = COLLECTIVE_TIMEOUT
+    cut = {}
+
+    def cut_when_training():
+        deadline = time.monotonic() + 300
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cut["t"] = time.monotonic()
+        netns.set_link(1, up=False)
+
+    cutter = threading.Thread(target=cut_when_training, daemon=True)
+    cutter.start()
+    try:
+        with pytest.raises(DistributeError) as error:
+            session.launcher.run(CellWork(LINK_CUT_CELL, {**digits, "MARKER": marker}),
+                                 RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut"))
+        took = time.monotonic() - cut["t"]
+        message = str(error.value)
+        print(f"link cut -> error in {took:.1f}s: {message}")
+        assert "rank" in message, message
+        assert took < COLLECTIVE_TIMEOUT + 10, f"{took:.1f}s from the cut to the error"
+        # What the launcher needs to name the host in its error: host b's engines are still listed, and silent.
+        job = session.jobs.all()[-1]
+        silent = session.cluster.silent_hosts(job.engine_ids, job.hosts)
+        assert silent == {"jdl-host-b": [r for r, host in enumerate(job.hosts) if host == "jdl-host-b"]}, silent
+        # The next job goes to the engines still reachable, all on host a.
+        hosts = session.launcher.run(FunctionWork(_hostname_and_size, all_ranks=True), RunOptions(n=2)).results
+        assert hosts == [("jdl-host-a", 2), ("jdl-host-a", 2)]
+    finally:
+        cutter.join(1)
+        netns.set_link(1, up=True)
+
+
+def _hostname_and_size():
+    import socket
+
+    import horovod.tensorflow as hvd
+
+    return socket.gethostname(), hvd.size()
