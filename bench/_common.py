@@ -40,4 +40,5 @@ def write_results(path, data, t_start, load_before, load_after, dists):
             "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
-    print(f"wrote {path.relative_to(path.parent.parent.parent)} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+    shown = path.relative_to(path.parent.parent.parent)
+    print(f"wrote {shown} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")

@@ -68,7 +68,8 @@ def main():
     config = tmp / "config.json"
     config.write_text(json.dumps({"JobStore": {"root": store.root}}))
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={port}", "--ServerApp.open_browser=False", "--allow-root",
+        [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={port}", "--ServerApp.open_browser=False",
+         "--allow-root",
          f"--IdentityProvider.token={token}", f"--config={config}", f"--ServerApp.root_dir={tmp}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp / "server.log", "w"))
     base = f"http://127.0.0.1:{port}/jupyter-dl/api"

@@ -1,8 +1,9 @@
 """Replay a multi-user job trace through the gang pool with simulated GPUs (target: >= 90% allocation).
 
 A seeded trace: users submit jobs of 1, 2, 4 or 8 GPUs (mostly small, some whole-host), with log-normal durations,
-arriving as a Poisson process offering 95% of the pool by default: busy, with queues forming in bursts. A discrete-event simulation
-drives the pool's own scheduler with a fake clock. Prints GPU allocation (allocated GPU-time over pool GPU-time while
+arriving as a Poisson process offering 95% of the pool by default: busy, with queues forming in bursts.
+A discrete-event simulation drives the pool's own scheduler with a fake clock. Prints GPU allocation
+(allocated GPU-time over pool GPU-time while
 any job waits, and over the whole run), mean and p95 queue wait, partial holds (must be 0), and starved jobs (waited
 more than --starved-after, or never started).
 
@@ -122,7 +123,8 @@ def main():
           f"offered load {args.load:.0%}, simulated {result['makespan_s'] / 3600:.1f} h "
           f"(replayed in {time.perf_counter() - t_start:.1f} s)")
     print(f"GPU allocation while jobs wait: {result['allocation_while_queued']:.1%}   "
-          f"(whole run: {result['allocation_overall']:.1%}; a queue existed {result['queued_fraction']:.0%} of the time)")
+          f"(whole run: {result['allocation_overall']:.1%}; "
+          f"a queue existed {result['queued_fraction']:.0%} of the time)")
     print(f"queue wait: mean {statistics.mean(waits) / 60:.1f} min, p95 {p95 / 60:.1f} min; "
           + ", ".join(f"{s}-GPU jobs mean {statistics.mean(w) / 60:.1f} min" for s, w in sorted(by_size.items())))
     print(f"partial holds: {result['partial_holds']}   starved jobs (waited > {args.starved_after / 3600:.0f} h or "

@@ -67,7 +67,7 @@ def main():
         workdir = tempfile.mkdtemp(prefix="jdl-soak-")
         finished = threading.Event()
 
-        def watchdog():
+        def watchdog(finished=finished, fault=fault):  # this run's, not a later iteration's
             if not finished.wait(args.hang_after):
                 hangs.append(fault.name)
                 import _thread

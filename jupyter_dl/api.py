@@ -193,8 +193,8 @@ def bind_results(result, namespace):
     namespace.update(result.values)
     for name, why in result.problems.items():
         stale = namespace.pop(name, None) is not None
-        print(f"[jupyter-dl] '{name}' did not come back from the engines ({why})"
-              f"{'; its older value was removed from the notebook so it cannot be mistaken for this result' if stale else ''}",
+        removed = "; its older value was removed from the notebook so it cannot be mistaken for this result"
+        print(f"[jupyter-dl] '{name}' did not come back from the engines ({why}){removed if stale else ''}",
               file=sys.stderr)
 
 

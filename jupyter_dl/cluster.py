@@ -4,6 +4,7 @@ We drive ipyparallel's own `Cluster` API, so any cluster it can start or connect
 SSH, via profiles and cluster files) is usable unchanged. The embedded default is a local cluster started on demand.
 """
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -18,6 +19,14 @@ from .errors import UsageError
 
 _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+
+
+def _ipyparallel_log():
+    """ipyparallel's own logger for clusters started here, errors only. With parent=self it would otherwise log
+    through the kernel's logger, and the controller's and engines' chatter would land in the cell."""
+    log = logging.getLogger("jupyter_dl.ipyparallel")
+    log.setLevel(logging.ERROR)
+    return log
 
 
 class ClusterManager(Configurable):
@@ -88,7 +97,7 @@ class ClusterManager(Configurable):
             # come from the same config as ours, in a notebook or in a script's Session(parent=...), merged by
             # ipyparallel with the profile's ipcluster_config.py.
             cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
-                                  engines=engines, log_level=40, parent=self)
+                                  engines=engines, log_level=40, parent=self, log=_ipyparallel_log())
         except Exception as exc:  # traitlets refuses an unknown launcher name
             raise UsageError(f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge "
                              f"or lsf") from None
@@ -163,7 +172,9 @@ class ClusterManager(Configurable):
                 self._engine_sets.append(self.cluster.start_engines_sync(1, environment=env))
                 self.devices.append(dev)
         else:
-            env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": ""} if gpus.discover() else self.engine_environment
+            env = self.engine_environment
+            if gpus.discover():
+                env = {**env, "CUDA_VISIBLE_DEVICES": ""}
             self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(env)))
 
     @property

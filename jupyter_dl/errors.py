@@ -57,5 +57,9 @@ class JobStalled(DistributeError):
     """A rank waited in a collective that the others never entered; the job was stopped."""
 
 
+class HostLost(DistributeError):
+    """A host stopped answering during a job (its link or the host went down); the other ranks were stopped."""
+
+
 class JobCancelled(DistributeError):
     """The job was interrupted or cancelled by the user."""

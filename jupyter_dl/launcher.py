@@ -19,6 +19,7 @@ from . import payload
 from . import secrets as secretsmod
 from .backends import horovod as backend
 from .errors import (
+    HostLost,
     JobCancelled,
     JobStalled,
     JobTimeout,
@@ -107,6 +108,10 @@ class Launcher(Configurable):
     PEER_PATIENCE = 1.0     # seconds after a rank failed before its peers are interrupted
     PROBE_TIMEOUT = 10.0    # seconds for ranks on other hosts to say which of this host's addresses they reach
 
+    resource_interval = Float(0.25, help="Seconds between a rank's samples of its CPU %, resident memory and (where "
+                                         "it has one) GPU utilisation and memory, streamed beside the metrics; 0 "
+                                         "turns sampling off (bench/resource_overhead.py measures the cost)."
+                              ).tag(config=True)
     point_budget = Integer(2000, help="Most points per trace kept for the live figure (the full series goes to "
                                       "the job's metrics.jsonl).").tag(config=True)
 
@@ -165,7 +170,8 @@ class Launcher(Configurable):
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
         job.timings = {"cluster_s": t_cluster - t0, "ship_s": t_ship - t_cluster,
-                       "run_s": time.perf_counter() - t_ship, "shipped": shipped, "ranks": [o.get("timings") for o in outcomes]}
+                       "run_s": time.perf_counter() - t_ship, "shipped": shipped,
+                       "ranks": [o.get("timings") for o in outcomes]}
         result = RunResult(job=job, stdout=[redact(ar.stdout or "") for ar in ars], state=state)
         if redact:
             outcomes = [_redacted(o, redact) for o in outcomes]
@@ -191,6 +197,9 @@ class Launcher(Configurable):
         """Run the job, and again after a failure while --restarts allows."""
         attempt = 0
         while True:
+            cold = self.cluster.client is None
+            if cold:
+                _tell(observers, f"starting the cluster: {max(n, self.cluster.default_size())} engines")
             # After a failure this waits for the replacements of dead or killed engines; with GPUs granted, for all
             # of them, since the granted GPUs' engines may be among the replacements.
             self.cluster.ensure(max(n, self.cluster.expected) if granted else n)
@@ -200,6 +209,7 @@ class Launcher(Configurable):
             t_cluster = time.perf_counter()
             shipped = self._ship(ids, shipment)
             t_ship = time.perf_counter()
+            _tell(observers, f"{n} ranks: {'importing TensorFlow and Horovod, ' if cold else ''}Horovod rendezvous")
             outcomes, ars, status = self._execute(job, ids, work, shipment, options, stdout, stderr, state,
                                                   observers, secret_values, redact, attempt)
             if status[0] not in ("failed", "stalled") or attempt >= options.restarts:
@@ -354,7 +364,8 @@ class Launcher(Configurable):
                 "checkpoint_dir": options.checkpoint_dir, "attempt": attempt,
                 # Same-host ranks share one kind of device here; across hosts speeds may differ (--balance auto).
                 "balance": options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
-                "probe": options.probe, "batch_size": options.batch_size, "lr_multiplier": options.lr_multiplier}
+                "probe": options.probe, "batch_size": options.batch_size, "lr_multiplier": options.lr_multiplier,
+                "resource_interval": self.resource_interval}
         if isinstance(work, CellWork):
             base.update(mode="cell", code=work.code)
         else:
@@ -496,11 +507,13 @@ class Launcher(Configurable):
             raise JobTimeout(f"job {job.name!r} ran past --timeout {options.timeout:g}s and was stopped"
                              f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter")
         if status == "stalled":
+            self._raise_if_host_lost(job)
             job.transition("failed", error="stalled")
             raise JobStalled(f"job {job.name!r} stalled: {describe_stall(stalls, outcomes)}; all {job.n} ranks "
                              f"stopped. Every rank must run the same collectives in the same order; if one rank "
                              f"legitimately works alone this long, raise --stall-timeout")
         if status == "failed":
+            self._raise_if_host_lost(job)
             root = _root_failure(outcomes, failed_order)
             first = outcomes[root]
             others = {r: _error_line(o) for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
@@ -512,11 +525,27 @@ class Launcher(Configurable):
         job.transition("succeeded")
 
 
+    def _raise_if_host_lost(self, job):
+        """A multi-host job that failed because a whole host went silent (link down, host frozen) says so in one
+        line; the ranks' own errors (a gloo connection reset) would not name the host."""
+        if len(set(job.hosts)) < 2:
+            return
+        lost = self.cluster.silent_hosts(job.engine_ids, job.hosts)
+        if not lost:
+            return
+        host, ranks = next(iter(lost.items()))
+        job.transition("failed", error=f"host {host} lost")
+        raise HostLost(f"job {job.name!r}: host {host} (rank{'s' if len(ranks) > 1 else ''} "
+                       f"{', '.join(map(str, ranks))}) stopped answering during the job (its network link or the host "
+                       f"is down); the other ranks were stopped. Run on the remaining hosts' engines "
+                       f"(%dl_cluster status) or bring the host back")
+
+
 class _MetricsFeed:
     """Moves what the ranks produce (metrics, logs) into the job's state, store and observers, and carries
     cancel requests from the store back to the monitor."""
 
-    LOG_INTERVAL = 2.0
+    LOG_INTERVAL = 0.5  # the logs tab ran ~3 epochs behind the panel at 2 s; only changed logs are rewritten
     CANCEL_CHECK_INTERVAL = 0.2
     SPARKLINE_POINTS = 60
 
@@ -524,6 +553,7 @@ class _MetricsFeed:
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
         self.ars, self.redact = ars, redact
         self._logs_at = self._cancel_at = 0.0
+        self._logged = {}  # (stream, rank) -> length of the text last written
         self.stalls = {}  # rank -> its stall report
 
     def pump(self, final=False):
@@ -545,8 +575,11 @@ class _MetricsFeed:
         if self.store is not None and (final or now - self._logs_at > self.LOG_INTERVAL):
             self._logs_at = now
             for stream in ("stdout", "stderr"):
-                self.store.write_logs(self.job.id, {r: self.redact(getattr(ar, stream) or "")
-                                                    for r, ar in enumerate(self.ars)}, stream)
+                texts = {r: getattr(ar, stream) or "" for r, ar in enumerate(self.ars)}
+                changed = {r: text for r, text in texts.items() if self._logged.get((stream, r)) != len(text)}
+                if changed:
+                    self.store.write_logs(self.job.id, {r: self.redact(t) for r, t in changed.items()}, stream)
+                    self._logged.update({(stream, r): len(t) for r, t in changed.items()})
 
     def cancel_requested(self):
         now = time.monotonic()
@@ -559,6 +592,13 @@ class _MetricsFeed:
         ys = self.state.batch_loss.points()[1]
         stride = max(1, -(-len(ys) // self.SPARKLINE_POINTS))
         return [round(y, 5) for y in ys[::stride]]
+
+
+def _tell(observers, text):
+    """Say what the job is doing before its first step, to observers that show it (LiveView.status)."""
+    for observer in observers:
+        if hasattr(observer, "status"):
+            observer.status(text)
 
 
 def _redacted(outcome, redact):

@@ -174,7 +174,8 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_cluster(self, line):
-        """%dl_cluster start [-n N] [--gpus all|0,1] [--engines local|slurm|mpi|ssh|...] | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
+        """%dl_cluster start [-n N] [--gpus all|0,1] [--engines local|slurm|mpi|ssh|...]
+        | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
         try:
             args = _cluster_parser().parse_args(shlex.split(line))
             cluster = self.session.cluster

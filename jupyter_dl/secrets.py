@@ -18,12 +18,14 @@ def resolve(names, secrets_file):
             with open(path, encoding="utf-8") as f:
                 from_file = json.load(f)
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read secrets file {path} ({exc}); it must be a JSON object of names to values")
+            raise UsageError(f"cannot read secrets file {path} ({exc}); "
+                             "it must be a JSON object of names to values") from None
     values = {}
     for name in names:
         value = os.environ.get(name, from_file.get(name))
         if value is None:
-            raise UsageError(f"secret {name!r} is neither in the kernel's environment nor in {path or 'a secrets file'}; "
+            where = path or "a secrets file"
+            raise UsageError(f"secret {name!r} is neither in the kernel's environment nor in {where}; "
                              f"export it before starting Jupyter or add it to that file (never to the notebook)")
         values[name] = str(value)
     return values

@@ -43,7 +43,8 @@ def _is_integral(a):
     if np.issubdtype(a.dtype, np.integer) or a.dtype == bool:
         return True
     sample = a.ravel()[:100_000]
-    return np.issubdtype(a.dtype, np.floating) and bool(np.all(np.isfinite(sample)) and np.all(sample == np.round(sample)))
+    whole = np.all(np.isfinite(sample)) and np.all(sample == np.round(sample))
+    return np.issubdtype(a.dtype, np.floating) and bool(whole)
 
 
 def infer_kind(x):
@@ -112,7 +113,7 @@ def _layers(shape, x_name):
     """(setup lines before the model, the model's layer lines)."""
     s = shape.x_shape
     if shape.kind == "tabular":
-        return ([f"norm = keras.layers.Normalization()",
+        return (["norm = keras.layers.Normalization()",
                  f"norm.adapt(np.asarray({x_name}, dtype='float32'))  # feature means/variances from the data"],
                 [f"keras.Input(shape={s!r})", "norm",
                  "keras.layers.Dense(128, activation='relu')", "keras.layers.Dropout(0.1)",
@@ -137,7 +138,7 @@ def _layers(shape, x_name):
     if shape.kind == "sequence":
         steps = s if len(s) == 2 else (s[0], 1)  # (N, T) floats: one feature per step
         reshape = [f"keras.layers.Reshape({steps!r})  # one feature per step"] if len(s) == 1 else []
-        return ([f"norm = keras.layers.Normalization(axis=-1)",
+        return (["norm = keras.layers.Normalization(axis=-1)",
                  f"norm.adapt(np.asarray({x_name}, dtype='float32').reshape((-1,) + {steps!r}))"],
                 [f"keras.Input(shape={s!r})", *reshape, "norm",
                  "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",

@@ -49,6 +49,20 @@ def shell(dl_session):
         ip.user_ns.pop(name, None)
 
 
+# The quick tier (`make test-fast`, `pytest -m fast`): modules that need no engines, server, browser or network
+# namespaces, plus, in mixed modules, the tests that use none of the cluster fixtures. Under a minute on 2 cores.
+FAST_MODULES = {"test_cell_analysis", "test_planner", "test_sharding", "test_output_relay", "test_pool",
+                "test_compare", "test_resources"}
+CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module in FAST_MODULES and not CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Expose each phase's report on the test item, so fixtures can keep evidence of a failure."""

@@ -171,6 +171,10 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=90_000)  # the kernel is up
     _run_cell(page, 0, wait_done=True)
     _run_cell(page, 1)
+    # The cold start says what it is doing in the cell's progress area, as ordinary output, before any figure.
+    cell = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
+    cell.locator(".widget-html-content", has_text="starting the cluster").wait_for(timeout=90_000)
+    assert cell.locator(".js-plotly-plot").count() == 0
 
     panel = _open_panel(page)
     row = panel.locator("li.jp-dl-job", has_text="browser-job")
@@ -188,6 +192,24 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     second = fraction()
     assert second > first, (first, second)  # the progress bar moves while the job trains
     panel.screenshot(path=str(ARTIFACTS / "jobs-panel-running.png"))
+    # At the default sidebar width: progress and timing one line each, read whole (not cut), all row actions
+    # (Cancel too) on one line, a start time, and a percent that reads what the bar shows.
+    def top(locator):
+        return round(locator.bounding_box()["y"])
+    for part in (".jp-dl-job-stats", ".jp-dl-job-timing"):
+        line = float(row.locator(part).evaluate("el => parseFloat(getComputedStyle(el).lineHeight) || 18"))
+        assert row.locator(part).bounding_box()["height"] < 1.6 * line, part
+    cut = row.evaluate("el => [...el.querySelectorAll('.jp-dl-job-epoch, .jp-dl-job-timing > span')]"
+                       ".filter(s => s.textContent && s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)")
+    assert not cut, cut
+    tops = {top(row.locator(f"button.{name}")) for name in ("jp-dl-logs", "jp-dl-plot", "jp-dl-cancel")}
+    assert len(tops) == 1, tops
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", row.locator(".jp-dl-job-started").inner_text())
+    percent, bar = row.evaluate("el => [el.querySelector('.jp-dl-job-percent').textContent,"
+                                " Number(el.querySelector('.jp-dl-job-progress').dataset.fraction)]")
+    assert abs(float(percent.rstrip("%")) - 100 * bar) < (0.6 if bar < 0.1 else 1.0), (percent, bar)
+    assert row.locator(".jp-dl-job-rate").get_attribute("title").startswith("Samples per second over the last")
+    live_width = cell.locator(".js-plotly-plot").first.bounding_box()["width"]
 
     job_id = row.get_attribute("data-job-id")
     assert _api(lab, "jobs", job_id)["state"] == "running"
@@ -217,7 +239,6 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     assert job["elapsed"] < job["timestamps"]["cancelled"] - job["created"] + 1
 
     # The cell says so in one line (what, from where, after how long), with no traceback through our code.
-    cell = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
     line = cell.locator(".jp-OutputArea-output", has_text="was cancelled from the jobs panel")
     line.wait_for(timeout=30_000)
     lines = [text for text in line.inner_text().splitlines() if text.strip()]
@@ -232,6 +253,8 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     assert started.count() == 1 and started.get_attribute("data-mime-type") == "application/vnd.jupyter.stdout", \
         [started.nth(i).get_attribute("data-mime-type") for i in range(started.count())]
     cell.locator(".js-plotly-plot").first.wait_for(timeout=30_000)  # the static figure of what it trained
+    static_width = cell.locator(".js-plotly-plot").first.bounding_box()["width"]
+    assert abs(static_width - live_width) < 2, (live_width, static_width)  # no jump when the job ends
     cell.screenshot(path=str(ARTIFACTS / "cell-cancelled-light.png"))
     import requests
 
@@ -452,3 +475,38 @@ def test_dark_theme_keeps_an_older_figure_readable(lab, page, on_failure_evidenc
                                                                              "getComputedStyle(el).color"))
     assert name["ratio"] >= 4.5, name
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+
+
+def test_cluster_rows_and_clearing_finished_jobs(lab, page, on_failure_evidence):
+    """The cluster the notebook's kernel started is listed under its notebook, its engines grouped by host, with a
+    Stop button whose dialog defaults to keeping it. Clear finished takes finished rows out of the list (and back)."""
+    panel = _open_panel(page)
+    owned = panel.locator(".jp-dl-cluster-row", has=page.locator(".jp-dl-cluster-owner", has_text="job.ipynb"))
+    owned.first.wait_for(timeout=30_000)
+    row = owned.first
+    assert row.locator(".jp-dl-cluster-engines").inner_text() == "2 engines"
+    assert row.locator(".jp-dl-cluster-host").count() == 1
+    assert row.locator(".jp-dl-cluster-host-name").inner_text() == socket.gethostname()
+    cluster_id = row.get_attribute("data-cluster-id")
+    row.locator("button.jp-dl-cluster-stop").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    page.wait_for_function("() => !!document.activeElement && !!document.activeElement.closest('.jp-Dialog')"
+                           " && document.activeElement.tagName === 'BUTTON'", timeout=10_000)
+    assert page.evaluate("() => document.activeElement.textContent.trim()") == "Keep running"
+    page.keyboard.press("Enter")
+    dialog.wait_for(state="detached", timeout=10_000)
+    assert cluster_id in [c["cluster_id"] for c in _api(lab, "cluster")["clusters"]]
+    panel.screenshot(path=str(ARTIFACTS / "jobs-panel-cluster.png"))
+
+    finished = panel.locator("li.jp-dl-job[data-state='cancelled'], li.jp-dl-job[data-state='succeeded']")
+    finished.first.wait_for(timeout=30_000)
+    before = finished.count()
+    panel.locator("button.jp-dl-clear-finished").click()
+    panel.locator("button.jp-dl-show-cleared").wait_for(timeout=10_000)
+    assert finished.count() == 0
+    assert panel.locator("button.jp-dl-show-cleared").inner_text().startswith(f"Show {before} cleared")
+    panel.locator("button.jp-dl-show-cleared").click()
+    page.wait_for_function(f"() => document.querySelectorAll(\"#jp-dl-jobs-panel li.jp-dl-job[data-state='cancelled'],"
+                           f" #jp-dl-jobs-panel li.jp-dl-job[data-state='succeeded']\").length === {before}",
+                           timeout=10_000)

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_doctor import venv_without_horovod  # noqa: F401  (the shared fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

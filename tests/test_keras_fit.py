@@ -198,7 +198,8 @@ def _two_optimizers_in_train_step():
                          for o in (model.first_optimizer, model.second_optimizer)])
 
     model.fit(np.zeros((16, 2)), np.zeros((16, 1)), epochs=1, batch_size=4, verbose=0, callbacks=[Probe()])
-    after = [float(keras.ops.convert_to_numpy(o.learning_rate)) for o in (model.first_optimizer, model.second_optimizer)]
+    optimizers = (model.first_optimizer, model.second_optimizer)
+    after = [float(keras.ops.convert_to_numpy(o.learning_rate)) for o in optimizers]
     return seen[-1], after
 
 

@@ -192,3 +192,118 @@ def test_static_figure_carries_its_own_readable_background(template):
     assert "rgba" not in paper and "rgba" not in plot  # opaque
     text = pio.templates[template].layout.font.color
     assert _contrast(text, paper) >= 4.5 and _contrast(text, plot) >= 4.5, (template, text, paper, plot)
+
+
+def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
+    """Before the first step the progress area says what happens (the launcher calls status()), in the same widgets
+    the progress then uses; the figure joins them when the job starts."""
+    view = LiveView(show_plot=True)
+    view.status("starting the cluster: 2 engines")
+    assert view.figure is None and view.progress_bar.description == "starting"
+    assert "starting the cluster: 2 engines" in view.label.value
+    label, bar = view.label, view.progress_bar
+    view.status("2 ranks: importing TensorFlow and Horovod, Horovod rendezvous")
+    view.started(type("J", (), {"name": "cold", "n": 2})())
+    assert view.label is label and view.progress_bar is bar  # one progress area, no second bar
+    assert view._box.children[-1] is view.figure
+    assert "Horovod rendezvous" in view.label.value
+    state = TrainingState()
+    records = _synthetic(3000)
+    state.consume(records[:1])  # fit began on the ranks; no step yet
+    view.update(state, force=True)
+    assert "first step" in view.label.value
+    state.consume(records[1:400])
+    view.update(state, force=True)
+    assert "samples/s (last 3 s)" in view.label.value and "ETA" in view.label.value
+    assert "whole fit" in view.label.value  # the tooltip says what the figure is and where the average is
+
+
+def test_the_launcher_tells_the_view_each_phase(dl_session):
+    from jupyter_dl.launcher import CellWork
+    from jupyter_dl.options import RunOptions
+
+    heard = []
+
+    class Recorder:
+        def status(self, text):
+            heard.append(("status", text))
+
+        def started(self, job):
+            heard.append(("started", job.n))
+
+        def update(self, state, force=False):
+            pass
+
+        def finished(self, job, state):
+            heard.append(("finished", job.state))
+
+    dl_session.launcher.run(CellWork("x = 1", {}), RunOptions(n=2, name="phases", plot=False),
+                            observers=[Recorder()])
+    assert heard[0] == ("status", "2 ranks: Horovod rendezvous"), heard  # a warm cluster: no start, no imports
+    assert heard[1:] == [("started", 2), ("finished", "succeeded")], heard
+
+
+def test_live_and_static_figures_have_one_size_and_round_metric_ticks():
+    """The static copy that replaces the widget has the widget's size (the output jumped from ~700 px to the cell's
+    width), and the metrics axis picks its own round ticks (plotly.js syncs an overlaying axis to the loss axis'
+    gridlines by default: 0.463, 0.581)."""
+    from jupyter_dl.live.view import FIGURE_WIDTH, static_figure_bundle
+
+    view = LiveView(show_plot=True)
+    view.started(type("J", (), {"name": "sized", "n": 2})())
+    state = TrainingState()
+    state.consume(_synthetic(2000))
+    view.update(state, force=True)
+    live = view.figure.layout
+    static = static_figure_bundle(view.figure)["application/vnd.plotly.v1+json"]["layout"]
+    assert live.width == static["width"] == FIGURE_WIDTH and live.height == static["height"]
+    assert static["autosize"] is False
+    assert static["yaxis2"]["tickmode"] == "auto"
+
+
+def test_percent_and_eta_read_steadily():
+    from jupyter_dl.live.view import SmoothedEta, format_percent
+
+    assert format_percent(0.057) == "5.7%" and format_percent(0.5) == "50%"
+    assert format_percent(0.996) == "99%" and format_percent(1.0) == "100%"
+    eta = SmoothedEta(10.0)
+    assert eta.update(318, 0.0) == 318
+    jumped = eta.update(449, 2.0)  # a raw estimate 2 m later 2 s on
+    assert 316 < jumped < 345  # moves toward it, does not leap
+    assert eta.update(None, 3.0) is None and eta.update(240, 4.0) == 240  # unknown resets
+
+
+def test_summary_says_its_throughput_is_the_whole_fit_average():
+    from jupyter_dl.live.summary import as_text
+
+    text = as_text({"job": "j", "state": "succeeded", "ranks": 2, "wall_s": 10.0, "samples_per_s": 1183.0,
+                    "samples_per_s_by_rank": {0: 600.0, 1: 583.0}, "final_metrics": {}, "scaling_efficiency": None,
+                    "baseline_samples_per_s": None})
+    assert "1,183 samples/s averaged over the whole fit" in text and "last few seconds" in text
+
+
+def test_rank_logs_reach_the_store_within_half_a_second(tmp_path):
+    """The logs tab follows what the store holds: ranks' output is written at most LOG_INTERVAL after it arrives
+    (the tab ran ~3 epochs behind the panel at 2 s), and a log that did not change is not rewritten."""
+    import time
+
+    from jupyter_dl.jobs import Job
+    from jupyter_dl.jobs.store import JobStore
+    from jupyter_dl.launcher import _MetricsFeed
+    from jupyter_dl.secrets import Redactor
+
+    assert _MetricsFeed.LOG_INTERVAL <= 0.5
+    store = JobStore(root=str(tmp_path / "jobs"))
+    job = Job(name="logs", n=2)
+    store.save(job)
+    ranks = [type("AR", (), {"stdout": "epoch 1\n", "stderr": ""})() for _ in range(2)]
+    feed = _MetricsFeed(job, type("C", (), {"poll": lambda self: []})(), TrainingState(), [], store, ranks,
+                        Redactor({}))
+    feed.pump()
+    logs = store.job_dir(job.id) / "logs"
+    first = (logs / "rank1.stdout.log").stat().st_mtime_ns
+    ranks[0].stdout += "epoch 2\n"
+    time.sleep(_MetricsFeed.LOG_INTERVAL + 0.05)
+    feed.pump()
+    assert store.logs(job.id, 0, "stdout").endswith("epoch 2\n")
+    assert (logs / "rank1.stdout.log").stat().st_mtime_ns == first  # unchanged: not rewritten

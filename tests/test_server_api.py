@@ -168,3 +168,82 @@ async def test_cancel_records_where_it_came_from(jp_fetch, store):
     response = await jp_fetch("jupyter-dl", "api", "jobs", job.id, method="DELETE")
     assert response.code == 202
     assert store.cancel_requested(job.id) and store.cancel_source(job.id) == "the jobs panel"
+
+
+def _sleeper():
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def _cluster_file(ipython_dir, cluster_id, controller_pid, engine_pids):
+    """A cluster file as ipyparallel writes it for a local cluster (controller and one engine set)."""
+    profile_dir = ipython_dir / "profile_default"
+    (profile_dir / "security").mkdir(parents=True, exist_ok=True)
+    engines = {str(i): {"cluster_id": cluster_id, "n": 1, "pid": pid, "profile_dir": str(profile_dir),
+                        "state": "running"} for i, pid in enumerate(engine_pids)}
+    data = {"cluster": {"cluster_id": cluster_id, "n": len(engine_pids), "profile_dir": str(profile_dir),
+                        "class": "ipyparallel.cluster.cluster.Cluster"},
+            "controller": {"class": "local", "state": {"cluster_id": cluster_id, "pid": controller_pid,
+                                                       "profile_dir": str(profile_dir), "state": "running"}},
+            "engines": {"class": "local", "sets": {"1": {"cluster_id": cluster_id, "n": len(engine_pids), "pid": -1,
+                                                         "profile_dir": str(profile_dir), "state": "running",
+                                                         "engines": engines}}}}
+    path = profile_dir / "security" / f"cluster-{cluster_id}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+async def test_cluster_rows_name_their_notebook_and_hosts_and_can_be_stopped(jp_fetch, store, tmp_path,
+                                                                             monkeypatch, jp_root_dir):
+    """A cluster a jupyter-dl kernel started is named after the kernel's pid: the panel shows that kernel's notebook
+    and the engines per host, and stops it on request (its processes end; the list no longer shows it)."""
+    import asyncio
+    import socket
+    import time
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    controller, engines = _sleeper(), [_sleeper(), _sleeper()]
+    kernel_pid = 999_999
+    cluster_id = f"jupyter-dl-{kernel_pid}-1"
+    try:
+        _cluster_file(tmp_path / "ipython", cluster_id, controller.pid, [e.pid for e in engines])
+        _add(store, "owner-job", "succeeded", notebook=str(jp_root_dir / "train.ipynb"), kernel_pid=kernel_pid)
+        body = await _json(await jp_fetch("jupyter-dl", "api", "cluster"))
+        [row] = [c for c in body["clusters"] if c["cluster_id"] == cluster_id]
+        assert row["engines"] == 2 and row["engines_by_host"] == {socket.gethostname(): 2}
+        assert row["owner"] == {"kernel_pid": kernel_pid, "notebook": "train.ipynb"}
+
+        reply = await jp_fetch("jupyter-dl", "api", "cluster", cluster_id, method="DELETE")
+        assert reply.code == 202 and (await _json(reply))["state"] == "stopping"
+        deadline = time.monotonic() + 30
+        while any(p.poll() is None for p in [controller, *engines]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert all(p.poll() is not None for p in [controller, *engines])
+        body = await _json(await jp_fetch("jupyter-dl", "api", "cluster"))
+        assert cluster_id not in [c["cluster_id"] for c in body["clusters"]]
+        with pytest.raises(HTTPClientError) as missing:
+            await jp_fetch("jupyter-dl", "api", "cluster", cluster_id, method="DELETE")
+        assert missing.value.code == 404
+    finally:
+        for p in [controller, *engines]:
+            p.kill()
+            p.wait()
+
+
+async def test_finished_jobs_carry_their_final_metrics(jp_fetch, store):
+    """The panel shows a finished row's final metrics: the last epoch's logs, read from the end of its metrics."""
+    done = _add(store, "done", "succeeded")
+    store.append_metrics(done.id, [{"kind": "batch", "rank": 0, "t": 1.0, "epoch": 0, "step": 1, "logs": {"loss": 9.0}}]
+                         + [{"kind": "epoch", "rank": 0, "t": 2.0 + e, "epoch": e, "logs": {"loss": 1.0 / (e + 1),
+                                                                                           "accuracy": 0.5 + e / 10}}
+                            for e in range(3)]
+                         + [{"kind": "end", "rank": 0, "t": 9.0}])
+    _add(store, "running", "running")
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs"))
+    by_name = {j["name"]: j for j in body["jobs"]}
+    assert by_name["done"]["final_metrics"] == {"loss": pytest.approx(1 / 3), "accuracy": pytest.approx(0.7)}
+    assert "final_metrics" not in by_name["running"]
+    assert (await _json(await jp_fetch("jupyter-dl", "api", "jobs", done.id)))["final_metrics"]["loss"] == \
+        pytest.approx(1 / 3)
+    assert _add(store, "no-epochs", "failed") and \
+        {j["name"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}[
+            "no-epochs"]["final_metrics"] is None

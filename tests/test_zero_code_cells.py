@@ -399,7 +399,8 @@ def _weights_gathered_on_the_ranks(models):
     independent of the divergence guard)."""
     lines = ["import horovod.tensorflow as hvd_check"]
     for name in models:
-        lines.append(f"rank_weights_of_{name} = hvd_check.allgather_object([v.numpy() for v in {name}.trainable_variables])")
+        lines.append(f"rank_weights_of_{name} = "
+                     f"hvd_check.allgather_object([v.numpy() for v in {name}.trainable_variables])")
     return "\n".join(lines) + "\n"
 
 

@@ -83,7 +83,7 @@ class TrainingState:
             if key in record:
                 values = series.setdefault(key, [None] * (len(series["t"]) - 1))
                 values.append(record[key])
-        for key, values in series.items():
+        for values in series.values():
             if len(values) < len(series["t"]):
                 values.append(None)
 

@@ -1,4 +1,8 @@
-"""The run summary shown when a job ends: wall time, throughput, final metrics, scaling efficiency."""
+"""The run summary shown when a job ends: wall time, throughput, final metrics, scaling efficiency.
+
+Its throughput is the whole fit's average: each rank's samples over its own time in fit (first steps, validation
+and epoch ends included), summed over ranks. The live label and the jobs panel show the speed of the last few
+seconds instead, which runs higher once the training step is compiled; the text says which is which."""
 import hashlib
 import html
 
@@ -35,7 +39,8 @@ def as_text(s: dict) -> str:
              + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")]
     if s["samples_per_s"]:
         by_rank = ", ".join(f"rank {r}: {_fmt_rate(v)}" for r, v in s["samples_per_s_by_rank"].items())
-        parts.append(f"{_fmt_rate(s['samples_per_s'])} samples/s ({by_rank})")
+        parts.append(f"{_fmt_rate(s['samples_per_s'])} samples/s averaged over the whole fit ({by_rank}; the live "
+                     f"figure was the last few seconds)")
     if s["final_metrics"]:
         parts.append(" ".join(f"{k} {v:.4g}" for k, v in s["final_metrics"].items()))
     if s["scaling_efficiency"] is not None:

@@ -1,16 +1,31 @@
 """The cell's live view: a plotly FigureWidget with the loss curves, a progress bar, and the final summary.
 
-While the job runs the widget updates in place (at most every `refresh_interval`). When it ends, the widget's
-output is replaced by a static plotly figure, so a notebook executed without a widget manager (nbclient,
-nbconvert) still holds the final picture, and the summary follows.
+Before the first step (a cold cluster start takes tens of seconds) the progress area says what is happening:
+the launcher calls `status(text)` at each phase. While the job runs the widget updates in place (at most every
+`refresh_interval`). When it ends, the widget's output is replaced by a static plotly figure of the same size, so
+a notebook executed without a widget manager (nbclient, nbconvert) still holds the final picture, and the summary
+follows.
+
+Throughput here is the live rate: samples per second over the last few seconds, all ranks together (the jobs
+panel shows the same figure). The summary's is the whole fit's average (see summary.py), so it is lower when
+the first steps were slow; each says which it is.
 """
+import html
 import json
+import math
 import time
 
 from .summary import as_html, as_text, summarize
 
 MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces show the boundaries
 RESTART_COLOR = "#d62728"
+# One fixed size for the live widget and the static copy that replaces it: plotly.js gives an unsized widget its
+# 700 px default while the static renderer fills the cell, and the output jumped when the job ended.
+FIGURE_WIDTH, FIGURE_HEIGHT = 760, 360
+RATE_WINDOW_S = 3  # TrainingState's live-speed window
+RATE_HELP = (f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
+             f"gives the average over the whole fit")
+ETA_TIME_CONSTANT_S = 10.0  # the ETA label follows a new estimate over about this long, not at every redraw
 
 
 def _display(obj, **kwargs):
@@ -35,23 +50,41 @@ class LiveView:
         self.progress_bar = None
         self.label = None
         self._handle = None
+        self._box = None
+        self._eta = SmoothedEta(ETA_TIME_CONSTANT_S)
         self._last_refresh = 0.0
         self._traces = {}
         self.refresh_latencies = []  # per batch: engine batch end -> figure data changed, seconds (benchmark)
 
     # ---------------------------------------------------------------------------------------------- start
-    def started(self, job):
+    def status(self, text):
+        """What the job is doing before its first step (starting engines, importing TensorFlow, rendezvous), in
+        the progress area, as ordinary output. The launcher calls this at each phase."""
         if not self.show_plot:
             return
-        import ipywidgets as widgets
-        import plotly.graph_objects as go
+        self._progress_area()
+        self.progress_bar.description = "starting"
+        self.label.value = f"<span class='jp-dl-status'>{html.escape(text)}…</span>"
 
-        self.figure = go.FigureWidget(layout=self._layout(job))
+    def _progress_area(self):
+        if self._box is not None:
+            return
+        import ipywidgets as widgets
+
         self.progress_bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="starting",
                                                   layout=widgets.Layout(width="60%"))
         self.label = widgets.HTML(value="")
-        box = widgets.VBox([widgets.HBox([self.progress_bar, self.label]), self.figure])
-        self._handle = _display(box, display_id=True)
+        self._box = widgets.VBox([widgets.HBox([self.progress_bar, self.label])])
+        self._handle = _display(self._box, display_id=True)
+
+    def started(self, job):
+        if not self.show_plot:
+            return
+        import plotly.graph_objects as go
+
+        self._progress_area()  # shown already when the launcher reported a cold start
+        self.figure = go.FigureWidget(layout=self._layout(job))
+        self._box.children = [*self._box.children, self.figure]
 
     def _layout(self, job):
         from .theme import background_for
@@ -59,11 +92,14 @@ class LiveView:
         # The template's own background, not a transparent one: the static copy outlives a theme switch.
         backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(self.template)}
         return dict(
-            template=self.template, height=360, margin=dict(l=50, r=50, t=40, b=40),
+            template=self.template, width=FIGURE_WIDTH, height=FIGURE_HEIGHT, autosize=False,
+            margin=dict(l=50, r=50, t=40, b=40),
             title=dict(text=f"{job.name} · {job.n} ranks", font=dict(size=13)),
             **backgrounds,
             xaxis=dict(title="step"), yaxis=dict(title="loss"),
-            yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False),
+            # plotly.js gives an overlaying axis tickmode "sync": ticks at the loss axis' gridlines, which read as
+            # 0.463, 0.581 on the metrics scale. Its own round ticks instead.
+            yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False, tickmode="auto"),
             legend=dict(orientation="h", y=-0.2),
         )
 
@@ -97,7 +133,7 @@ class LiveView:
             ]
         drawn = time.time()
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
-        self._update_progress(state.progress())
+        self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
 
     def _set(self, name, series, axis, mode, width, dash=None):
         xs, ys = series.points()
@@ -107,13 +143,20 @@ class LiveView:
         trace = self._traces[name]
         trace.x, trace.y = xs, ys
 
-    def _update_progress(self, p):
+    def _update_progress(self, p, waiting=False):
         if self.progress_bar is None:
             return
+        if waiting:  # fit began on the ranks; its first step builds (traces) the training function
+            self.status("first step (building the training function)")
+            return
+        if not p.get("global_step") and not p.get("fraction"):
+            return  # nothing measured yet: the last status line stays
         if p["fraction"] is not None:
             self.progress_bar.value = p["fraction"]
-        self.progress_bar.description = f"{(p['fraction'] or 0):.0%}"
-        self.label.value = progress_text(p)
+        self.progress_bar.description = format_percent(p["fraction"] or 0)
+        p = {**p, "eta_s": self._eta.update(p.get("eta_s"), time.monotonic())}
+        self.label.value = (f"<span title='{html.escape(RATE_HELP, quote=True)}'>"
+                            f"{html.escape(progress_text(p))}</span>")
 
     # --------------------------------------------------------------------------------------------- finish
     def finished(self, job, state):
@@ -135,10 +178,37 @@ def progress_text(p) -> str:
     if p.get("steps"):
         parts.append(f"step {p['step']}/{p['steps']}")
     if p.get("samples_per_s"):
-        parts.append(f"{p['samples_per_s']:,.0f} samples/s")
+        parts.append(f"{p['samples_per_s']:,.0f} samples/s (last {RATE_WINDOW_S} s)")
     if p.get("eta_s") is not None:
         parts.append(f"ETA {_clock(p['eta_s'])}")
     return " · ".join(parts)
+
+
+def format_percent(fraction) -> str:
+    """'5.7%' below 10% (a bar a little past 5% does not read '5%'), whole percents above; 100% only when done."""
+    percent = 100 * min(1.0, max(0.0, fraction))
+    if percent < 10:
+        return f"{percent:.1f}%"
+    return "100%" if percent >= 100 else f"{min(99, round(percent))}%"
+
+
+class SmoothedEta:
+    """An ETA that counts down with the clock and moves toward each new estimate over about `time_constant`
+    seconds: the raw one (remaining steps / the last few seconds' speed) jumped 5m18 -> 7m29 -> 4m00 in 8 s."""
+
+    def __init__(self, time_constant):
+        self.time_constant = time_constant
+        self._value = self._at = None
+
+    def update(self, estimate, now):
+        if estimate is None or self._value is None or estimate == 0:
+            self._value, self._at = estimate, now
+            return estimate
+        elapsed = max(0.0, now - self._at)
+        counted_down = max(0.0, self._value - elapsed)
+        weight = 1.0 - math.exp(-elapsed / self.time_constant) if self.time_constant > 0 else 1.0
+        self._value, self._at = counted_down + weight * (estimate - counted_down), now
+        return self._value
 
 
 def _clock(seconds):

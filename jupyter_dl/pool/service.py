@@ -115,7 +115,8 @@ class PoolService(Application):
     name = "jupyter-dl-pool"
     description = "GPU pool with gang admission and quotas, as a JupyterHub service."
 
-    port = Integer(10101, help="Port to listen on (loopback), when JUPYTERHUB_SERVICE_URL does not say.").tag(config=True)
+    port = Integer(10101, help="Port to listen on (loopback), when JUPYTERHUB_SERVICE_URL does not say."
+                   ).tag(config=True)
     simulate_gpus = Unicode(
         "", help="Simulated inventory 'host:count,host:count' (for machines without GPUs); empty: this host's GPUs."
     ).tag(config=True)
@@ -124,9 +125,11 @@ class PoolService(Application):
     quotas = Dict(help="Per-user quotas {user: {max_gpus, max_jobs}} overriding the defaults.").tag(config=True)
     priorities = Dict(help="Per-user priority {user: int}; higher is served first. Users cannot set their own."
                       ).tag(config=True)
-    admin_users = List(Unicode(), help="Users who see and control every ticket (hub admins always do).").tag(config=True)
+    admin_users = List(Unicode(), help="Users who see and control every ticket (hub admins always do)."
+                       ).tag(config=True)
     lease_ttl = Float(60.0, help="Seconds without a heartbeat after which a kernel's tickets end.").tag(config=True)
-    reserve_after = Float(3600.0, help="Seconds a blocked job waits before freed GPUs are kept for it.").tag(config=True)
+    reserve_after = Float(3600.0, help="Seconds a blocked job waits before freed GPUs are kept for it."
+                          ).tag(config=True)
 
     aliases = {"port": "PoolService.port", "simulate-gpus": "PoolService.simulate_gpus",
                "max-gpus": "PoolService.max_gpus", "max-jobs": "PoolService.max_jobs",

@@ -2,7 +2,8 @@
 
 Data-parallel training keeps every rank's trainable weights identical; ranks that differ at the end trained apart
 (an update that bypassed the averaging) and the model that comes back is only rank 0's. A fingerprint per variable
-(sum, sum of magnitudes and sum of squares, in float64) is cheap to compute and to gather, and catches the cases nobody thought of.
+(sum, sum of magnitudes and sum of squares, in float64) is cheap to compute and to gather,
+and catches the cases nobody thought of.
 """
 import numpy as np
 

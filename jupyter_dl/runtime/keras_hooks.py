@@ -50,7 +50,6 @@ class KerasHooks:
 
     def __enter__(self):
         import keras
-
         from keras.src.trainers.trainer import Trainer
 
         self._keras = keras

@@ -51,7 +51,8 @@ def shard_dataset(ds, rank, size):
     if cardinality == tf.data.INFINITE_CARDINALITY:
         return shard  # fit needs steps_per_epoch then, which is per rank and equal
     raise ValueError("a tf.data dataset of unknown length cannot be split into equal shards; "
-                     "add .repeat() and pass steps_per_epoch, or use .apply(tf.data.experimental.assert_cardinality(n))")
+                     "add .repeat() and pass steps_per_epoch, "
+                     "or use .apply(tf.data.experimental.assert_cardinality(n))")
 
 
 def _is_array_like(obj):

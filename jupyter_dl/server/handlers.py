@@ -89,8 +89,40 @@ class LogsHandler(_Base):
 class ClusterHandler(_Base):
     @web.authenticated
     @authorized
-    def get(self):
-        return self._call(self.service.cluster)
+    async def get(self):
+        from .owners import notebooks_by_kernel_pid
+
+        owners = await notebooks_by_kernel_pid(self.serverapp)
+        return self._call(self.service.cluster, owners, viewer=self.viewer)
+
+
+class ClusterStopHandler(_Base):
+    """DELETE stops a running cluster with ipyparallel's own stop (engines, then the controller). It answers at
+    once; the stop goes on in the background (engines busy in native code take ipyparallel's kill timeout)."""
+
+    @web.authenticated
+    @authorized
+    def delete(self, cluster_id):
+        return self._call(self._stop, cluster_id, status=202)
+
+    def _stop(self, cluster_id):
+        import asyncio
+
+        import ipyparallel as ipp
+
+        cluster = ipp.Cluster.from_file(self.service.cluster_file(cluster_id), log=self.log)
+        task = asyncio.ensure_future(cluster.stop_cluster())
+        _stopping.add(task)  # the loop holds tasks weakly: keep each until it is done
+        task.add_done_callback(lambda done: self._stopped(cluster_id, done))
+        return {"cluster_id": cluster_id, "state": "stopping"}
+
+    def _stopped(self, cluster_id, task):
+        _stopping.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.log.warning(f"jupyter-dl: stopping cluster {cluster_id}: {task.exception()}")
+
+
+_stopping = set()
 
 
 def setup_handlers(web_app, service):
@@ -103,4 +135,5 @@ def setup_handlers(web_app, service):
         (base + job + "/metrics/?", MetricsHandler),
         (base + job + "/logs/?", LogsHandler),
         (url_path_join(base, "cluster") + "/?", ClusterHandler),
+        (url_path_join(base, "cluster") + r"/(?P<cluster_id>[A-Za-z0-9_.-]+)/?", ClusterStopHandler),
     ])

@@ -2,7 +2,9 @@
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
+import json
 import os
+import socket
 import time
 
 from ..jobs import FINAL_STATES, STATES, Job
@@ -41,15 +43,45 @@ class JobService:
     the stored path in `notebook_file`. A notebook outside the root has `notebook: null`. Without a root_dir (the
     magics) records are returned as stored."""
 
+    FINAL_METRICS_TAIL = 65536  # bytes read from the end of metrics.jsonl to find the last epoch's logs
+
     def __init__(self, store, root_dir=None):
         self.store = store
         self.root_dir = root_dir
+        self._finals = {}  # job id -> (metrics.jsonl size, last epoch logs): finished jobs are listed every poll
 
     def _present(self, record):
+        if record.get("state") in FINAL_STATES:
+            record = {**record, "final_metrics": self._final_metrics(record["id"])}
         stored = record.get("notebook")
         if self.root_dir is None or not stored:
             return record
         return {**record, "notebook": notebook_path(stored, self.root_dir), "notebook_file": stored}
+
+    def _final_metrics(self, job_id):
+        """The logs of the job's last epoch (what its history ends with), or None when it recorded no epoch."""
+        path = self.store.job_dir(job_id) / "metrics.jsonl"
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        cached = self._finals.get(job_id)
+        if cached is not None and cached[0] == size:
+            return cached[1]
+        with open(path, "rb") as f:
+            f.seek(max(0, size - self.FINAL_METRICS_TAIL))
+            tail = f.read().decode("utf-8", errors="replace")
+        found = None
+        for line in reversed(tail.splitlines()):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # blank, or cut by the seek
+            if isinstance(record, dict) and record.get("kind") == "epoch" and record.get("rank", 0) == 0:
+                found = record.get("logs") or None
+                break
+        self._finals[job_id] = (size, found)
+        return found
 
     def _job(self, job_id, viewer=None):
         if not job_id or "/" in job_id or job_id.startswith("."):
@@ -115,10 +147,39 @@ class JobService:
         return {"rank": rank, "ranks": ranks, "stream": stream,
                 "text": self.store.logs(job_id, rank, stream, tail)}
 
-    def cluster(self):
+    def cluster(self, notebooks_by_pid=None, viewer=None):
+        """Running clusters with the notebook that owns each (from the server's own kernels, else from the jobs its
+        kernel ran), engines per host, and the GPUs."""
         from .cluster_info import clusters, gpu_stats
 
-        return {"clusters": clusters(), "gpus": gpu_stats()}
+        notebooks_by_pid = notebooks_by_pid or {}
+        found = []
+        for cluster in clusters():
+            pid = cluster.pop("owner_pid")
+            cluster.pop("cluster_file")
+            notebook = notebooks_by_pid.get(pid) if pid else None
+            if pid and notebook is None:
+                notebook = self._notebook_of_kernel(pid, viewer)
+            found.append({**cluster, "owner": {"kernel_pid": pid, "notebook": notebook} if pid else None})
+        return {"clusters": found, "gpus": gpu_stats()}
+
+    def _notebook_of_kernel(self, pid, viewer=None):
+        """The notebook of the newest job run by the kernel with this pid on this host, or None."""
+        host = socket.gethostname()
+        for record in reversed(self.store.records()):
+            if record.get("kernel_pid") == pid and record.get("kernel_host") in (None, host) and \
+                    (viewer is None or record.get("user") == viewer):
+                return self._present(record).get("notebook")
+        return None
+
+    def cluster_file(self, cluster_id):
+        """The cluster file of a running cluster, to stop it; NotFound when no such cluster runs."""
+        from .cluster_info import clusters
+
+        for cluster in clusters():
+            if cluster["cluster_id"] == cluster_id:
+                return cluster["cluster_file"]
+        raise NotFound(f"no running cluster {cluster_id!r}")
 
 
 def notebook_path(path, root_dir):

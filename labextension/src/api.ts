@@ -62,6 +62,11 @@ export class JobsApi {
     return this.request<IClusterInfo>(['cluster']);
   }
 
+  /** Stops a running cluster (its engines, then its controller); the stop goes on after the reply. */
+  stopCluster(clusterId: string): Promise<{ cluster_id: string; state: string }> {
+    return this.request(['cluster', clusterId], undefined, { method: 'DELETE' });
+  }
+
   /** A JSON request to `jupyter-dl/api/<segments...>?<query>`; rejects with `ApiError` on a non-2xx status. */
   async request<T>(
     segments: ReadonlyArray<string | number>,

@@ -68,10 +68,74 @@ export function clampFraction(fraction: number | null | undefined): number | nul
   return Math.min(1, Math.max(0, fraction));
 }
 
-/** `42%`; '' when unknown. */
+/**
+ * `5.7%` below 10% (so a 5.7% bar does not read 5%), whole percents above, `100%` only when complete; '' when
+ * unknown.
+ */
 export function formatPercent(fraction: number | null | undefined): string {
   const f = clampFraction(fraction);
-  return f === null ? '' : `${Math.floor(f * 100)}%`;
+  if (f === null) {
+    return '';
+  }
+  const percent = f * 100;
+  if (percent < 10) {
+    return `${percent.toFixed(1)}%`;
+  }
+  return f >= 1 ? '100%' : `${Math.min(99, Math.round(percent))}%`;
+}
+
+/**
+ * When a job started, short: `14:03:12` today, `Mon 14:03` within a week, else the date and time. Three runs of
+ * one cell differ by it.
+ */
+export function formatStartTime(unixSeconds: number | null | undefined, now: Date = new Date()): string {
+  if (!finite(unixSeconds)) {
+    return '';
+  }
+  const at = new Date(unixSeconds * 1000);
+  const time = `${pad2(at.getHours())}:${pad2(at.getMinutes())}`;
+  if (at.toDateString() === now.toDateString()) {
+    return `${time}:${pad2(at.getSeconds())}`;
+  }
+  if (Math.abs(now.getTime() - at.getTime()) < 6 * 86400 * 1000) {
+    return `${at.toLocaleDateString(undefined, { weekday: 'short' })} ${time}`;
+  }
+  return `${at.toLocaleDateString()} ${time}`;
+}
+
+/** When the job started (entered `starting`), else when it was created. */
+export function startedAt(job: Pick<IJob, 'created' | 'timestamps'>): number | null {
+  const t = job.timestamps?.starting ?? job.created;
+  return finite(t) ? t : null;
+}
+
+/**
+ * The final metrics of a finished job, the loss first: `loss 0.0123 · accuracy 0.97`, at most `limit` of them;
+ * '' when none were recorded.
+ */
+export function formatFinalMetrics(
+  metrics: { [name: string]: number } | null | undefined,
+  limit = 2
+): string {
+  if (!metrics) {
+    return '';
+  }
+  const names = Object.keys(metrics).filter(name => finite(metrics[name]));
+  const rank = (name: string): number => (name === 'loss' ? 0 : name.startsWith('val_') ? 2 : 1);
+  names.sort((a, b) => rank(a) - rank(b));
+  return names
+    .slice(0, limit)
+    .map(name => `${name} ${formatMetric(metrics[name])}`)
+    .join(' · ');
+}
+
+/**
+ * A main-area tab's title: `Loss: name · 14:03:12`. Two jobs may share a name (runs of one cell); their start
+ * times tell the tabs apart.
+ */
+export function tabTitle(kind: string, job: Pick<IJob, 'id' | 'name' | 'created' | 'timestamps'>): string {
+  const started = formatStartTime(startedAt(job));
+  return `${kind}: ${job.name || job.id}${started ? ` · ${started}` : ''}`;
 }
 
 /** `2 ranks · 2 GPUs` (GPUs left out when none were assigned). */
@@ -108,6 +172,11 @@ export function formatEpochStep(progress: IJob['progress']): string {
   }
   return parts.join(' · ');
 }
+
+/** What the panel's samples/s is (the same figure as the cell's live label; the summary's is the average). */
+export const RATE_HELP =
+  'Samples per second over the last 3 s, all ranks together. The summary in the cell gives the average over ' +
+  'the whole fit.';
 
 /** `1.2k samples/s`; '' when unknown. */
 export function formatRate(samplesPerSecond: number | null | undefined): string {

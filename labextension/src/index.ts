@@ -37,7 +37,9 @@ export const CommandIDs = {
   /** Args: `{id}`; asks for confirmation. */
   cancelJob: 'jupyter-dl:cancel-job',
   /** Args: `{id}`. */
-  openNotebook: 'jupyter-dl:open-notebook'
+  openNotebook: 'jupyter-dl:open-notebook',
+  /** Args: `{id}` (a cluster id); asks for confirmation. */
+  stopCluster: 'jupyter-dl:stop-cluster'
 };
 
 const CATEGORY = 'Distributed training';
@@ -228,7 +230,43 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    commands.addCommand(CommandIDs.stopCluster, {
+      label: 'Stop Distributed Training Cluster',
+      isEnabled: args => !!jobId(args),
+      execute: async args => {
+        const id = jobId(args);
+        const cluster = model.cluster?.clusters.find(c => c.cluster_id === id);
+        const owner = cluster?.owner?.notebook;
+        const body = new Widget({ node: document.createElement('div') });
+        body.addClass('jp-dl-stop-dialog');
+        body.node.textContent =
+          `Stop cluster ${id}${owner ? ` of ${owner}` : ''} (${cluster?.engines ?? '?'} engines)? ` +
+          'Jobs running on it stop too.';
+        const result = await showDialog({
+          title: 'Stop cluster?',
+          body,
+          buttons: [
+            Dialog.cancelButton({ label: 'Keep running' }),
+            Dialog.warnButton({ label: 'Stop cluster' })
+          ],
+          defaultButton: 0
+        });
+        if (!result.button.accept) {
+          return;
+        }
+        model.markStopping(id);
+        try {
+          await api.stopCluster(id);
+        } catch (error) {
+          model.markStopping(id, false);
+          void showErrorMessage('Cannot stop the cluster', errorMessage(error));
+        }
+        await model.fetchNow();
+      }
+    });
+
     panel = new JobsPanel(model, {
+      stopCluster: cluster => void commands.execute(CommandIDs.stopCluster, { id: cluster.cluster_id }),
       cancel: job => void commands.execute(CommandIDs.cancelJob, { id: job.id }),
       logs: job => void commands.execute(CommandIDs.showLogs, { id: job.id }),
       plot: job => void commands.execute(CommandIDs.showLossPlot, { id: job.id }),

@@ -45,9 +45,46 @@ export class JobsModel implements IDisposable {
     return this._changed;
   }
 
-  /** The jobs, newest first. */
+  /** The jobs, newest first, without those cleared from the panel. */
   get jobs(): ReadonlyArray<IJob> {
-    return this._jobs;
+    return this._jobs.filter(job => !this._hidden.has(job.id));
+  }
+
+  /** How many listed jobs were cleared from the panel (they stay in the store, with their results). */
+  get hiddenCount(): number {
+    return this._jobs.filter(job => this._hidden.has(job.id)).length;
+  }
+
+  /** Clears the finished jobs from the panel; `%dl_jobs` and `jupyter_dl.load_job` still find them. */
+  clearFinished(): void {
+    for (const job of this._jobs) {
+      if (isFinal(job.state)) {
+        this._hidden.add(job.id);
+      }
+    }
+    this._saveHidden();
+    this._changed.emit();
+  }
+
+  /** Brings the cleared jobs back. */
+  showCleared(): void {
+    this._hidden.clear();
+    this._saveHidden();
+    this._changed.emit();
+  }
+
+  /** Whether a stop was requested for the cluster and it is still listed. */
+  isStopping(clusterId: string): boolean {
+    return this._stopping.has(clusterId);
+  }
+
+  markStopping(clusterId: string, on = true): void {
+    if (on) {
+      this._stopping.add(clusterId);
+    } else {
+      this._stopping.delete(clusterId);
+    }
+    this._changed.emit();
   }
 
   /** Whether the jobs list has been fetched at least once. */
@@ -134,11 +171,22 @@ export class JobsModel implements IDisposable {
         gpus: cluster.value?.gpus ?? []
       };
       this._clusterError = null;
+      const running = new Set(this._cluster.clusters.map(c => c.cluster_id));
+      for (const id of [...this._stopping]) {
+        if (!running.has(id)) {
+          this._stopping.delete(id);
+        }
+      }
     } else {
       this._clusterError = errorMessage(cluster.reason);
     }
     if (jobs.status === 'fulfilled') {
       this._jobs = jobs.value;
+      const listed = new Set(this._jobs.map(job => job.id));
+      if ([...this._hidden].some(id => !listed.has(id))) {
+        this._hidden = new Set([...this._hidden].filter(id => listed.has(id))); // pruned from the store
+        this._saveHidden();
+      }
       this._loaded = true;
       this._error = null;
       for (const id of [...this._cancelling]) {
@@ -164,5 +212,27 @@ export class JobsModel implements IDisposable {
   private _error: string | null = null;
   private _cluster: IClusterInfo | null = null;
   private _clusterError: string | null = null;
+  private _saveHidden(): void {
+    try {
+      window.localStorage.setItem(HIDDEN_KEY, JSON.stringify([...this._hidden]));
+    } catch {
+      // No storage (private mode): cleared jobs come back on reload.
+    }
+  }
+
   private _cancelling = new Set<string>();
+  private _stopping = new Set<string>();
+  private _hidden = new Set<string>(loadHidden());
+}
+
+/** Where the ids of jobs cleared from the panel are kept, per browser. */
+const HIDDEN_KEY = 'jupyter-dl:cleared-jobs';
+
+function loadHidden(): string[] {
+  try {
+    const ids = JSON.parse(window.localStorage.getItem(HIDDEN_KEY) ?? '[]');
+    return Array.isArray(ids) ? ids.filter(id => typeof id === 'string') : [];
+  } catch {
+    return [];
+  }
 }

@@ -6,7 +6,7 @@ import { Widget } from '@lumino/widgets';
 
 import { JobsApi } from './api';
 import { h, setText } from './dom';
-import { formatTimestamp, isFinal } from './format';
+import { formatTimestamp, isFinal, tabTitle } from './format';
 import { jobsIcon } from './icons';
 import { IJob, LogStream } from './model';
 import { followTail } from './tail';
@@ -176,7 +176,7 @@ export function createLogsWidget(
   const widget = new MainAreaWidget({ content });
   widget.id = widgetId('logs', job.id);
   widget.addClass('jp-dl-logs-widget');
-  widget.title.label = `Logs: ${job.name || job.id}`;
+  widget.title.label = tabTitle('Logs', job);
   widget.title.caption = `Logs of distributed job ${job.name} (${job.id})`;
   widget.title.icon = jobsIcon;
   widget.title.closable = true;

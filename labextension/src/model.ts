@@ -78,6 +78,8 @@ export interface IJob {
   progress?: IJobProgress | null;
   /** One entry per restart after a failure (--restarts). */
   restarts?: Array<{ attempt: number; reason: string; t: number }>;
+  /** A finished job's last epoch logs (rank 0), when it reported any. */
+  final_metrics?: { [name: string]: number } | null;
 }
 
 export interface IJobList {
@@ -132,6 +134,10 @@ export interface ICluster {
   profile: string;
   engines: number;
   running: boolean;
+  /** Engine count per host ('slurm allocation' and the like where a scheduler places them). */
+  engines_by_host?: { [host: string]: number };
+  /** The kernel that started it (jupyter-dl clusters) and its notebook, relative to the server root. */
+  owner?: { kernel_pid: number; notebook: string | null } | null;
 }
 
 export interface IGpu {

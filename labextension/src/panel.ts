@@ -12,19 +12,25 @@ import {
   formatDuration,
   formatEpochStep,
   formatEta,
+  formatFinalMetrics,
   formatMemory,
   formatMetric,
   formatPercent,
   formatQueue,
   formatRanks,
   formatRate,
+  formatStartTime,
   formatTimestamp,
   isActive,
+  isFinal,
+  RATE_HELP,
+  startedAt,
   stateBadgeClass
 } from './format';
+import { EtaSmoother } from './eta';
 import { jobsIcon } from './icons';
 import { JobsModel } from './jobsModel';
-import { IClusterInfo, IJob } from './model';
+import { ICluster, IClusterInfo, IJob } from './model';
 import { lastValue, sparklinePath } from './sparkline';
 
 export const PANEL_ID = 'jp-dl-jobs-panel';
@@ -39,6 +45,7 @@ export namespace JobsPanel {
     logs(job: IJob): void;
     plot(job: IJob): void;
     openNotebook(job: IJob): void;
+    stopCluster(cluster: ICluster): void;
     refresh(): void;
     gettingStarted(): void;
   }
@@ -64,13 +71,26 @@ export class JobsPanel extends Widget {
     refresh.appendChild(refreshIcon.element({ tag: 'span' }));
     refresh.addEventListener('click', () => this._actions.refresh());
     this._summary = h('span', { className: 'jp-dl-summary' });
+    this._clear = h(
+      'button',
+      {
+        className: 'jp-dl-text-button jp-dl-clear-finished',
+        type: 'button',
+        title: 'Clear finished jobs from this list (they stay in %dl_jobs, with their results)'
+      },
+      'Clear finished'
+    );
+    this._clear.addEventListener('click', () => this.model.clearFinished());
     const header = h(
       'div',
       { className: 'jp-dl-header' },
       h('h2', { className: 'jp-dl-title' }, 'Distributed jobs'),
       this._summary,
+      this._clear,
       refresh
     );
+    this._showCleared = h('button', { className: 'jp-dl-link-button jp-dl-show-cleared', type: 'button' });
+    this._showCleared.addEventListener('click', () => this.model.showCleared());
 
     this._errorBanner = h('div', { className: 'jp-dl-error-banner', role: 'alert' });
     this._loading = h('div', { className: 'jp-dl-loading' }, 'Loading jobs…');
@@ -114,6 +134,14 @@ export class JobsPanel extends Widget {
       h('p', {}, 'then put the magic on top of an unchanged Keras cell:'),
       h('pre', {}, '%%distribute -n 2\nmodel.fit(...)'),
       h('p', {}, 'The job shows up here with its progress, logs and loss plot.'),
+      h(
+        'p',
+        { className: 'jp-dl-empty-hint' },
+        'Seeing “Cell magic `%%distribute` not found”? The extension is not loaded in that kernel: run ' +
+          '%load_ext jupyter_dl first, or load it in every kernel with this line in ' +
+          '~/.ipython/profile_default/ipython_config.py:'
+      ),
+      h('pre', {}, "c.InteractiveShellApp.extensions = ['jupyter_dl']"),
       start
     );
   }
@@ -136,6 +164,12 @@ export class JobsPanel extends Widget {
     const active = jobs.filter(job => isActive(job.state)).length;
     setText(this._summary, model.loaded ? `${active} active` : '');
     setAttr(this._summary, 'title', model.loaded ? `${active} active of ${jobs.length} jobs` : null);
+    this._clear.hidden = !jobs.some(job => isFinal(job.state));
+    const cleared = model.hiddenCount;
+    setText(this._showCleared, `Show ${cleared} cleared ${cleared === 1 ? 'job' : 'jobs'}`);
+    toggleChild(this._body, this._showCleared, cleared > 0, this._cluster);
+    const now = Date.now() / 1000;
+    this._eta.retain(jobs.map(job => job.id));
 
     const seen = new Set<string>();
     jobs.forEach((job, index) => {
@@ -145,7 +179,7 @@ export class JobsPanel extends Widget {
         row = new JobRow(this._actions);
         this._rows.set(job.id, row);
       }
-      row.update(job, model.isCancelling(job.id));
+      row.update(job, model.isCancelling(job.id), this._eta.update(job.id, job.progress?.eta_s, now));
       placeAt(this._list, row.node, index);
     });
     for (const [id, row] of this._rows) {
@@ -157,8 +191,72 @@ export class JobsPanel extends Widget {
     this._renderCluster(model.cluster, model.clusterError);
   }
 
+  private _clusterRow(cluster: ICluster): HTMLElement {
+    const engines = cluster.engines ?? 0;
+    const stopping = this.model.isStopping(cluster.cluster_id);
+    const owner = cluster.owner;
+    const notebook = owner?.notebook ?? null;
+    const stop = h(
+      'button',
+      {
+        className: 'jp-dl-text-button jp-dl-cluster-stop',
+        type: 'button',
+        title: `Stop cluster ${cluster.cluster_id}: its engines and controller`
+      },
+      stopping ? 'Stopping…' : 'Stop'
+    );
+    stop.disabled = stopping;
+    stop.addEventListener('click', () => this._actions.stopCluster(cluster));
+    const hosts = Object.entries(cluster.engines_by_host ?? {});
+    return h(
+      'div',
+      {
+        className: 'jp-dl-cluster-row',
+        'data-cluster-id': cluster.cluster_id,
+        'data-running': String(!!cluster.running),
+        title: `cluster ${cluster.cluster_id}${cluster.profile ? ` (profile ${cluster.profile})` : ''}`
+      },
+      h(
+        'div',
+        { className: 'jp-dl-cluster-head' },
+        h('span', { className: `jp-dl-dot ${cluster.running ? 'jp-dl-dot-on' : 'jp-dl-dot-off'}` }),
+        h(
+          'span',
+          {
+            className: `jp-dl-cluster-owner${notebook ? '' : ' jp-dl-muted'}`,
+            title: notebook
+              ? `started by the kernel of ${notebook} (pid ${owner?.kernel_pid})`
+              : owner
+                ? `started by kernel pid ${owner.kernel_pid}, not a notebook of this server`
+                : 'started outside jupyter-dl (ipcluster, a scheduler job, ...)'
+          },
+          notebook ? basename(notebook) : owner ? `kernel ${owner.kernel_pid}` : cluster.cluster_id
+        ),
+        h(
+          'span',
+          { className: 'jp-dl-cluster-engines' },
+          `${engines} ${engines === 1 ? 'engine' : 'engines'}`
+        ),
+        stop
+      ),
+      h(
+        'ul',
+        { className: 'jp-dl-cluster-hosts', 'aria-label': 'Engines by host' },
+        ...hosts.map(([host, count]) =>
+          h(
+            'li',
+            { className: 'jp-dl-cluster-host', 'data-host': host },
+            h('span', { className: 'jp-dl-cluster-host-name' }, host),
+            h('span', { className: 'jp-dl-cluster-host-engines' }, `${count} ${count === 1 ? 'engine' : 'engines'}`)
+          )
+        )
+      )
+    );
+  }
+
   private _renderCluster(info: IClusterInfo | null, error: string | null): void {
-    const signature = JSON.stringify([info, error]);
+    const stopping = info?.clusters.filter(c => this.model.isStopping(c.cluster_id)).map(c => c.cluster_id);
+    const signature = JSON.stringify([info, error, stopping]);
     if (signature === this._clusterSignature) {
       return;
     }
@@ -178,27 +276,7 @@ export class JobsPanel extends Widget {
       );
     }
     for (const cluster of info.clusters) {
-      const engines = cluster.engines ?? 0;
-      body.appendChild(
-        h(
-          'div',
-          {
-            className: 'jp-dl-cluster-row',
-            'data-cluster-id': cluster.cluster_id,
-            'data-running': String(!!cluster.running),
-            title: `cluster ${cluster.cluster_id}`
-          },
-          h('span', {
-            className: `jp-dl-dot ${cluster.running ? 'jp-dl-dot-on' : 'jp-dl-dot-off'}`
-          }),
-          h('span', { className: 'jp-dl-cluster-profile' }, cluster.profile || cluster.cluster_id),
-          h(
-            'span',
-            { className: 'jp-dl-cluster-engines' },
-            `${engines} ${engines === 1 ? 'engine' : 'engines'}${cluster.running ? '' : ' · stopped'}`
-          )
-        )
-      );
+      body.appendChild(this._clusterRow(cluster));
     }
     if (info.gpus.length === 0) {
       body.appendChild(h('div', { className: 'jp-dl-muted' }, 'No GPUs found (CPU only).'));
@@ -225,6 +303,9 @@ export class JobsPanel extends Widget {
   }
 
   private _summary: HTMLElement;
+  private _clear: HTMLButtonElement;
+  private _showCleared: HTMLButtonElement;
+  private _eta = new EtaSmoother();
   private _errorBanner: HTMLElement;
   private _loading: HTMLElement;
   private _empty: HTMLElement;
@@ -255,6 +336,8 @@ class JobRow {
     this._badge = h('span', {});
     this._notebook = h('span', { className: 'jp-dl-job-notebook' });
     this._ranks = h('span', { className: 'jp-dl-job-ranks' });
+    this._started = h('span', { className: 'jp-dl-job-started' });
+    this._final = h('span', { className: 'jp-dl-job-final' });
     this._fill = h('div', { className: 'jp-dl-job-progress-fill' });
     this._progress = h(
       'div',
@@ -285,7 +368,7 @@ class JobRow {
     this._logs = this._button('jp-dl-logs', 'Logs', 'Show the ranks’ output', job =>
       this._actions.logs(job)
     );
-    this._plot = this._button('jp-dl-plot', 'Loss plot', 'Plot loss per step and per epoch', job =>
+    this._plot = this._button('jp-dl-plot', 'Plot', 'Plot loss per step and per epoch', job =>
       this._actions.plot(job)
     );
     this._open = this._button('jp-dl-open', 'Notebook', 'Open the notebook that started this job', job =>
@@ -301,24 +384,25 @@ class JobRow {
       { className: 'jp-dl-job-stats' },
       this._spark,
       this._epoch,
-      this._rate,
-      this._elapsed,
-      this._eta
+      this._final
     );
+    // Speed and time on a line of their own: beside the epoch and step they were cut to a few letters each.
+    this._timing = h('div', { className: 'jp-dl-job-timing' }, this._rate, this._elapsed, this._eta);
     this.node = h(
       'li',
       { className: 'jp-dl-job' },
       h('div', { className: 'jp-dl-job-head' }, this._name, this._badge),
-      h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._ranks),
+      h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._started, this._ranks),
       h('div', { className: 'jp-dl-job-progress-row' }, this._progress, this._percent),
       this._stats,
+      this._timing,
       this._actionBar
     );
   }
 
   readonly node: HTMLLIElement;
 
-  update(job: IJob, cancelling: boolean): void {
+  update(job: IJob, cancelling: boolean, etaS: number | null = job.progress?.eta_s ?? null): void {
     this._job = job;
     const node = this.node;
     const progress = job.progress ?? {};
@@ -355,6 +439,9 @@ class JobRow {
           : 'Not started from a notebook'
     );
     this._notebook.classList.toggle('jp-dl-muted', !notebook);
+    const started = startedAt(job);
+    setText(this._started, formatStartTime(started));
+    setAttr(this._started, 'title', started === null ? null : `started ${formatTimestamp(started)}`);
     setText(this._ranks, formatRanks(job));
     const lastRestart = job.restarts?.length ? job.restarts[job.restarts.length - 1] : null;
     setAttr(this._ranks, 'title', lastRestart ? `last restart: ${lastRestart.reason}` : null);
@@ -379,11 +466,16 @@ class JobRow {
     this._spark.classList.toggle('jp-mod-empty', spark.length === 0);
 
     const queued = formatQueue(job);
-    setText(this._epoch, queued || formatEpochStep(progress));
+    const final = isFinal(job.state) ? formatFinalMetrics(job.final_metrics) : '';
+    setText(this._epoch, final ? '' : queued || formatEpochStep(progress));
     setAttr(this._epoch, 'title', queued ? (progress.reason ?? null) : null);
+    setText(this._final, final);
+    setAttr(this._final, 'title', final ? 'final metrics (last epoch, rank 0)' : null);
     setText(this._rate, isActive(job.state) ? formatRate(progress.samples_per_s) : '');
-    setText(this._elapsed, `${formatDuration(job.elapsed)} elapsed`);
-    setText(this._eta, formatEta(progress.eta_s, job.state));
+    setAttr(this._rate, 'title', RATE_HELP);
+    setText(this._elapsed, formatDuration(job.elapsed));
+    setAttr(this._elapsed, 'title', 'elapsed');
+    setText(this._eta, formatEta(etaS, job.state));
 
     setText(this._error, job.error ?? '');
     setAttr(this._error, 'title', job.error ?? null);
@@ -416,6 +508,8 @@ class JobRow {
   private _badge: HTMLElement;
   private _notebook: HTMLElement;
   private _ranks: HTMLElement;
+  private _started: HTMLElement;
+  private _final: HTMLElement;
   private _progress: HTMLElement;
   private _fill: HTMLElement;
   private _percent: HTMLElement;
@@ -423,6 +517,7 @@ class JobRow {
   private _sparkPath: SVGPathElement;
   private _sparkTitle: SVGTitleElement;
   private _stats: HTMLElement;
+  private _timing: HTMLElement;
   private _epoch: HTMLElement;
   private _rate: HTMLElement;
   private _elapsed: HTMLElement;

@@ -8,7 +8,7 @@ import { Widget } from '@lumino/widgets';
 import { JobsApi } from './api';
 import { ILossSeries, LossSeriesBuilder, lossChartSvg } from './chart';
 import { h, setText } from './dom';
-import { formatMetric } from './format';
+import { formatMetric, tabTitle } from './format';
 import { jobsIcon } from './icons';
 import { widgetId } from './logs';
 import { IJob } from './model';
@@ -211,7 +211,7 @@ export function createPlotWidget(
   const widget = new MainAreaWidget({ content });
   widget.id = widgetId('plot', job.id);
   widget.addClass('jp-dl-plot-widget');
-  widget.title.label = `Loss: ${job.name || job.id}`;
+  widget.title.label = tabTitle('Loss', job);
   widget.title.caption = `Loss of distributed job ${job.name} (${job.id})`;
   widget.title.icon = jobsIcon;
   widget.title.closable = true;

@@ -4,10 +4,28 @@
 
 const round = (v: number): number => Math.round(v * 100) / 100;
 
+/** Positive values spanning more than this ratio are drawn on a log scale. */
+export const LOG_SCALE_RATIO = 4;
+
+/**
+ * Where a value goes on the sparkline's vertical scale: its logarithm when every value is positive and they span
+ * more than LOG_SCALE_RATIO (a loss falls fast and then slowly: on a linear scale everything after the first drop
+ * is flat), else itself.
+ */
+export function sparklineScale(values: ReadonlyArray<number>): (v: number) => number {
+  let min = Infinity;
+  let max = -Infinity;
+  for (const v of values) {
+    min = Math.min(min, v);
+    max = Math.max(max, v);
+  }
+  return min > 0 && max / min > LOG_SCALE_RATIO ? Math.log : (v: number) => v;
+}
+
 /**
  * An SVG path (`d` attribute) drawing `values` left to right inside a `width` x `height` box with `pad` pixels of
- * margin, larger values higher up. Non-finite values leave a gap. A single value, or a flat series, draws a
- * horizontal line through the middle. Returns '' when there is nothing to draw.
+ * margin, larger values higher up (on sparklineScale). Non-finite values leave a gap. A single value, or a flat
+ * series, draws a horizontal line through the middle. Returns '' when there is nothing to draw.
  */
 export function sparklinePath(
   values: ReadonlyArray<number | null | undefined> | null | undefined,
@@ -24,16 +42,17 @@ export function sparklinePath(
   if (good.length === 0) {
     return '';
   }
+  const scale = sparklineScale(good);
   let min = Infinity;
   let max = -Infinity;
   for (const v of good) {
-    min = Math.min(min, v);
-    max = Math.max(max, v);
+    min = Math.min(min, scale(v));
+    max = Math.max(max, scale(v));
   }
   const innerW = Math.max(0, width - 2 * pad);
   const innerH = Math.max(0, height - 2 * pad);
   const y = (v: number): number =>
-    max === min ? pad + innerH / 2 : pad + ((max - v) / (max - min)) * innerH;
+    max === min ? pad + innerH / 2 : pad + ((max - scale(v)) / (max - min)) * innerH;
 
   if (values.length === 1) {
     const yy = round(y(good[0]));

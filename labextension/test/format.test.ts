@@ -77,7 +77,7 @@ describe('progress text', () => {
     expect(clampFraction(1.2)).toBe(1);
     expect(clampFraction(-0.1)).toBe(0);
     expect(clampFraction(null)).toBeNull();
-    expect(formatPercent(0.426)).toBe('42%');
+    expect(formatPercent(0.426)).toBe('43%'); // rounded, not floored
     expect(formatPercent(1)).toBe('100%');
     expect(formatPercent(undefined)).toBe('');
   });
