@@ -11,7 +11,8 @@ def main(path):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     source = pathlib.Path(path)
     nb = nbformat.read(source, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(source.parent)}}).execute()
+    resources = {"metadata": {"path": str(source.parent)}}
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources=resources).execute()
     out = pathlib.Path("build") / f"{source.stem}.executed.ipynb"
     out.parent.mkdir(exist_ok=True)
     nbformat.write(nb, out)
