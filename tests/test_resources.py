@@ -77,3 +77,22 @@ def test_sampling_off_sends_nothing_and_a_sampler_outside_an_engine_keeps_its_sa
     assert all(key.startswith("jdl.3.r") for batch in published for key in batch)
     assert max(r["rss_mb"] for r in sampler.sent) > 200
     assert sampler.cpu_seconds < 0.1  # a few dozen samples cost milliseconds
+
+
+def test_the_live_view_draws_each_ranks_resources_and_the_summary_says_where_time_went(dl_session, digits):
+    import jupyter_dl
+    from jupyter_dl.live.summary import as_text
+
+    cell = CELL.replace("epochs=6", "epochs=3")
+    result = jupyter_dl.distribute(cell, n=2, namespace=dict(digits), plot=True)
+    names = {trace.name for trace in result.view.resources.widget.data}
+    assert {"rank 0 CPU %", "rank 1 CPU %", "rank 0 memory MB", "rank 1 memory MB"} <= names
+    memory = {t.name: max(t.y) for t in result.view.resources.widget.data if t.name.endswith("memory MB")}
+    assert memory["rank 1 memory MB"] - memory["rank 0 memory MB"] > 300  # rank 1's ballast, drawn
+    summary = result.view.summary
+    assert set(summary["time_split"]) == {0, 1} and set(summary["resources"]) == {0, 1}
+    assert summary["resources"][1]["rss_peak_mb"] > summary["resources"][0]["rss_peak_mb"] + 300
+    text = as_text(summary)
+    assert "where time went: " in text and "% in the gradient allreduce" in text, text
+    assert "rank 1 CPU " in text and "peak memory" in text, text
+    print(text)

@@ -27,7 +27,62 @@ def summarize(job, state, baseline_sps=None) -> dict:
             "samples_per_s": total, "samples_per_s_by_rank": per_rank,
             "final_metrics": dict(state.epoch_logs[-1]) if state.epoch_logs else {},
             "scaling_efficiency": efficiency, "baseline_samples_per_s": baseline_sps,
-            "restarts": len(getattr(job, "restarts", []))}
+            "restarts": len(getattr(job, "restarts", [])),
+            "time_split": state.time_split(), "resources": resource_peaks(state.resources)}
+
+
+def resource_peaks(resources: dict) -> dict:
+    """{rank: {"cpu_mean", "rss_peak_mb", and where sampled "gpu_util_mean", "gpu_mem_peak_mb"}}."""
+    peaks = {}
+    for rank, series in sorted(resources.items()):
+        row = {}
+        for key, name, reduce in (("cpu", "cpu_mean", _mean), ("rss_mb", "rss_peak_mb", max),
+                                  ("gpu_util", "gpu_util_mean", _mean), ("gpu_mem_mb", "gpu_mem_peak_mb", max)):
+            values = [v for v in series.get(key, []) if v is not None]
+            if values:
+                row[name] = reduce(values)
+        peaks[rank] = row
+    return peaks
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def time_split_text(split: dict) -> str:
+    """'where time went: 81% compute, 19% in the gradient allreduce (rank 1 waited most: 27%)'."""
+    seconds = sum(part["seconds"] for part in split.values())
+    if not seconds:
+        return ""
+    share = sum(part["allreduce_s"] for part in split.values()) / seconds
+    waited_most = max(split, key=lambda rank: split[rank]["share"])
+    text = (f"where time went: {1 - share:.0%} compute, {share:.0%} in the gradient allreduce (waiting for the other "
+            f"ranks, then exchanging")
+    if len(split) > 1:
+        text += f"; rank {waited_most} waited most: {split[waited_most]['share']:.0%}"
+    return text + ")"
+
+
+def resources_text(peaks: dict) -> str:
+    """'resources: rank 0 CPU 180% peak memory 1.2 GB, rank 1 ...' (CPU averaged; 100% = one core)."""
+    parts = []
+    for rank, row in peaks.items():
+        items = []
+        if "cpu_mean" in row:
+            items.append(f"CPU {row['cpu_mean']:.0f}%")
+        if "rss_peak_mb" in row:
+            items.append(f"peak memory {_mb(row['rss_peak_mb'])}")
+        if "gpu_util_mean" in row:
+            items.append(f"GPU {row['gpu_util_mean']:.0f}%")
+        if "gpu_mem_peak_mb" in row:
+            items.append(f"GPU memory {_mb(row['gpu_mem_peak_mb'])}")
+        if items:
+            parts.append(f"rank {rank} " + " ".join(items))
+    return "resources (CPU averaged, 100% = one core): " + ", ".join(parts) if parts else ""
+
+
+def _mb(value):
+    return f"{value / 1024:.1f} GB" if value >= 1024 else f"{value:.0f} MB"
 
 
 def _fmt_rate(value):
@@ -43,6 +98,9 @@ def as_text(s: dict) -> str:
                      f"figure was the last few seconds)")
     if s["final_metrics"]:
         parts.append(" ".join(f"{k} {v:.4g}" for k, v in s["final_metrics"].items()))
+    for extra in (time_split_text(s.get("time_split") or {}), resources_text(s.get("resources") or {})):
+        if extra:
+            parts.append(extra)
     if s["scaling_efficiency"] is not None:
         parts.append(f"scaling efficiency {s['scaling_efficiency']:.0%} vs 1 rank "
                      f"({_fmt_rate(s['baseline_samples_per_s'])} samples/s)")

@@ -15,6 +15,7 @@ import json
 import math
 import time
 
+from .resources_figure import ResourceFigure
 from .summary import as_html, as_text, summarize
 
 MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces show the boundaries
@@ -54,6 +55,7 @@ class LiveView:
         self._eta = SmoothedEta(ETA_TIME_CONSTANT_S)
         self._last_refresh = 0.0
         self._traces = {}
+        self.resources = ResourceFigure(template, FIGURE_WIDTH)  # under the loss once ranks' samples arrive
         self.refresh_latencies = []  # per batch: engine batch end -> figure data changed, seconds (benchmark)
 
     # ---------------------------------------------------------------------------------------------- start
@@ -131,6 +133,8 @@ class LiveView:
                      hovertext=r["reason"], font=dict(size=11, color=RESTART_COLOR))
                 for r in state.restarts
             ]
+        if state.resources and self.resources.update(state.resources):
+            self._box.children = [*self._box.children, self.resources.widget]
         drawn = time.time()
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
         self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
@@ -168,6 +172,8 @@ class LiveView:
                 # A job that reported no metrics (a --manual cell without LiveMetrics) leaves no empty plot behind.
                 has_data = state.global_step or state.epoch_logs
                 self._handle.update(static_figure_bundle(self.figure) if has_data else {"text/plain": ""}, raw=True)
+            if self.resources.widget is not None:  # its live widget went with the box the static copy replaced
+                _display(static_figure_bundle(self.resources.widget), raw=True)
         _display({"text/plain": as_text(summary), "text/html": as_html(summary)}, raw=True)
 
 
