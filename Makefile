@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup quickstart test bench clean
+.PHONY: setup quickstart test test-fast lint bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -10,8 +10,18 @@ setup:
 quickstart: setup
 	$(PY) scripts/run_notebook.py examples/quickstart.ipynb
 
-test: setup
+# Lints and the TypeScript unit tests first (seconds), then the whole suite on real components.
+test: setup lint
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" jlpm test
 	$(PY) -m pytest tests
+
+# The quick tier while editing: tests that need no engines, server or browser (marker `fast`, under a minute).
+test-fast:
+	$(PY) -m pytest -m fast tests
+
+lint:
+	$(VENV)/bin/ruff check jupyter_dl tests bench scripts
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(PY) bench/overhead.py

@@ -95,7 +95,7 @@ _UNCONDITIONAL = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Fun
 
 def analyse(code: str) -> CellNames:
     collector = _NameCollector()
-    own = set()   # names bound unconditionally by an earlier top-level statement
+    own: set = set()   # names bound unconditionally by an earlier top-level statement
     loads = set()
     for statement in parse_cell(code).body:
         before = set(collector.loads)

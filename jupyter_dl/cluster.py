@@ -438,7 +438,7 @@ class ClusterManager(Configurable):
             reply.wait(max(0.0, deadline - time.monotonic()))
         still_listed = set(self.client.ids) if asked else set()
         silent = {eid for eid, reply in asked.items() if not reply.ready() and eid in still_listed}
-        by_host = {}
+        by_host: dict = {}
         for rank, (eid, host) in enumerate(zip(ids, hosts)):
             by_host.setdefault(host, []).append((rank, eid))
         return {host: [rank for rank, _ in ranks] for host, ranks in by_host.items()

@@ -118,7 +118,7 @@ def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
 
 def pack(names, namespace) -> dict:
     """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook."""
-    out = {}
+    out: dict = {}
     for name in names:
         if name not in namespace:
             continue

@@ -70,7 +70,7 @@ class _GradientReduction:
     process_set: object
     scale_local: bool
     local: list = dataclasses.field(default_factory=list)  # variables whose gradients stay on this rank
-    variables: list = None  # the optimizer's variables for the update being traced (see _DistributedOptimizer)
+    variables: list | None = None  # the optimizer's variables for the update being traced (see _DistributedOptimizer)
 
     def is_local(self, var):
         return any(var is v for v in self.local)
@@ -167,7 +167,7 @@ class _ReducingTape:
         return local, shared
 
 
-_TAPE_CLASSES = {}
+_TAPE_CLASSES: dict = {}
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None, sparse_as_dense=False,
@@ -235,7 +235,7 @@ class _DistributedOptimizer:
         self._hvd_reduction.local.append(var)
 
 
-_OPTIMIZER_CLASSES = {}
+_OPTIMIZER_CLASSES: dict = {}
 
 
 def _distribute_in_place(optimizer, reduction, sum_passes=1):
@@ -337,7 +337,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
 # ------------------------------------------------------------------------------------------------- callbacks
 
-_CALLBACKS = []
+_CALLBACKS: list = []
 
 
 def _callback_classes():

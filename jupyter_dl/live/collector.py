@@ -5,7 +5,7 @@ import time
 class MetricsCollector:
     def __init__(self, results_by_rank: dict):
         self._results = results_by_rank
-        self._seen = set()
+        self._seen: set = set()
 
     def poll(self):
         """New records since the last poll, each stamped with when the kernel saw it (`seen`)."""

@@ -10,7 +10,8 @@ class DownsampledSeries:
         self.budget = budget
         self.bucket = 1          # raw points per stored point
         self.count = 0           # raw points seen
-        self._xs, self._ys = [], []
+        self._xs: list = []
+        self._ys: list = []
         self._sum_x = self._sum_y = 0.0
         self._n = 0
 

@@ -61,7 +61,7 @@ class GangPool:
         self.lease_ttl = lease_ttl
         self.reserve_after = reserve_after
         self.clock = clock
-        self.tickets = {}
+        self.tickets: dict = {}
         self._free = {host: list(gpus) for host, gpus in self.inventory.items()}
         self._next_id = first_id
 

@@ -47,7 +47,7 @@ def _alive(identity: str) -> bool:
 # Tickets this process has asked for and not given back, by state file. A ticket of this process that is not in it
 # was left behind by an interrupted request (a second Ctrl-C while releasing): it is ended, since liveness alone
 # would keep it until the kernel exits.
-_OPEN_HERE = {}
+_OPEN_HERE: dict = {}
 
 
 class LocalPool(Configurable, PoolAccess):

@@ -104,7 +104,7 @@ def model_features(model) -> ModelFeatures:
     if not model.built:
         raise ValueError("the model is not built yet: give it an keras.Input, or call it on a batch first")
     layers = list(_leaf_layers(model))
-    kinds = {}
+    kinds: dict = {}
     groups = dict.fromkeys(GROUPS, 0.0)
     counts = dict.fromkeys(GROUPS, 0)
     traffic = dict.fromkeys(GROUPS, 0)

@@ -38,7 +38,8 @@ def groups_to_check(namespace, updated_variables) -> dict:
     that no named model covers (a function's local model, a custom loop's variables)."""
     from .. import payload
 
-    groups, covered = {}, set()
+    groups: dict = {}
+    covered: set = set()
     for name in sorted(namespace or {}):
         value = namespace[name]
         if payload.is_keras_model(value) and value.built:

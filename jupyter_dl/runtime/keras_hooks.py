@@ -45,7 +45,7 @@ class KerasHooks:
         self.batch_size = batch_size    # the recommended per-rank batch, replacing the cell's
         self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier, rank)
         self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
-        self._traced_here = set()       # ids of train functions traced under these hooks (with the averaging)
+        self._traced_here: set = set()       # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
 
     def __enter__(self):

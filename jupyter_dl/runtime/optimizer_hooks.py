@@ -27,14 +27,14 @@ class DistributedUpdates:
         self.in_fit = False             # set by the fit hook while Keras' fit runs
         self.gradient_weight = None     # this rank's share of the global batch x ranks (1.0 for an even split)
         self.allreduce_seconds = None   # seconds this rank spent in gradient allreduces during the cell
-        self._patched = []              # (class, original apply)
-        self._adopted = {}              # id(optimizer) -> optimizer, for as long as the cell runs
-        self._collective_names = {}     # id(optimizer) -> name of its gradient allreduce, the same on every rank
-        self._restore_lr = []           # callables putting learning rates back
-        self._scaled = set()            # ids of optimizers whose learning rate is scaled
-        self._noted = set()             # ids of optimizers the custom-loop note was printed for
-        self._synced = set()            # ids of variables already holding rank 0's value
-        self._updated = {}              # id(variable) -> variable, updated through a hooked optimizer
+        self._patched: list = []              # (class, original apply)
+        self._adopted: dict = {}              # id(optimizer) -> optimizer, for as long as the cell runs
+        self._collective_names: dict = {}     # id(optimizer) -> name of its gradient allreduce, the same on every rank
+        self._restore_lr: list = []           # callables putting learning rates back
+        self._scaled: set = set()            # ids of optimizers whose learning rate is scaled
+        self._noted: set = set()             # ids of optimizers the custom-loop note was printed for
+        self._synced: set = set()            # ids of variables already holding rank 0's value
+        self._updated: dict = {}              # id(variable) -> variable, updated through a hooked optimizer
         self._local = threading.local()
 
     def __enter__(self):
