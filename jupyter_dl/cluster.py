@@ -242,6 +242,28 @@ class ClusterManager(Configurable):
             reaper.terminate()
             reaper.wait(5)
 
+    def _controller_running(self) -> bool:
+        """Whether the controller this manager started still runs (a local process; other launchers: assumed)."""
+        controller = getattr(self.cluster, "controller", None)
+        pid = getattr(controller, "pid", None)
+        if not pid:
+            return True
+        try:
+            import psutil
+
+            process = psutil.Process(pid)
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except Exception:  # psutil.NoSuchProcess: gone
+            return False
+
+    def _forget_stopped_cluster(self):
+        """Drop a cluster someone else stopped, quietly: its engines and controller are gone already."""
+        try:
+            self.stop()
+        except Exception:  # stopping what is already stopped may complain; nothing is left to stop
+            self.client = self.cluster = None
+            self.owned = False
+
     # ------------------------------------------------------------------------------------------- engines
     def engine_ids(self):
         return [i for i in sorted(self.client.ids) if i not in self._dead] if self.client else []
@@ -277,6 +299,11 @@ class ClusterManager(Configurable):
 
     def ensure(self, n):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""
+        if self.client is not None and self.owned and not self._controller_running():
+            # Stopped from outside this kernel (the jobs panel's Stop): the old client would wait forever.
+            print("[jupyter-dl] this notebook's cluster was stopped outside it (jobs panel); starting a new one",
+                  flush=True)
+            self._forget_stopped_cluster()
         if self.client is None:
             status = self.start(n=max(n, self.default_size()))
             where = ("a local cluster" if self._launcher == "local"
