@@ -16,6 +16,7 @@ from traitlets.config import Configurable
 
 from . import cluster_reaper, gpus
 from .errors import UsageError
+from .processes import pid_running
 
 _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -246,15 +247,7 @@ class ClusterManager(Configurable):
         """Whether the controller this manager started still runs (a local process; other launchers: assumed)."""
         controller = getattr(self.cluster, "controller", None)
         pid = getattr(controller, "pid", None)
-        if not pid:
-            return True
-        try:
-            import psutil
-
-            process = psutil.Process(pid)
-            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-        except Exception:  # psutil.NoSuchProcess: gone
-            return False
+        return pid_running(pid) if pid else True
 
     def _forget_stopped_cluster(self):
         """Drop a cluster someone else stopped, quietly: its engines and controller are gone already."""

@@ -20,12 +20,9 @@ def start(kernel_pid: int, pids: list) -> subprocess.Popen:
 
 
 def _alive(proc) -> bool:
-    import psutil
+    from .processes import process_running
 
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return process_running(proc)
 
 
 def watch(kernel_pid: int, pids: list, interval: float = INTERVAL):

@@ -14,6 +14,7 @@ from collections import deque
 from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
+from ..processes import pid_running
 from .model import Job
 
 CANCEL_FILE = "cancel"
@@ -192,13 +193,7 @@ def _kernel_alive(job) -> bool:
     """Whether the kernel that runs the job still exists. Only decidable on the kernel's own host."""
     if job.kernel_host != socket.gethostname():
         return True  # cannot tell from here; its own host will reap it
-    try:
-        os.kill(job.kernel_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_running(job.kernel_pid)
 
 
 def _one_line(text: str, limit: int = 120) -> str:

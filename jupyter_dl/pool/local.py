@@ -21,6 +21,7 @@ from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from .. import gpus
+from ..processes import pid_running
 from .access import PoolAccess
 from .gang import GangPool, PoolError
 
@@ -36,12 +37,7 @@ def _alive(identity: str) -> bool:
     pid, _, started = rest.partition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True  # not ours to judge
-    try:
-        # Within a second, not equal: the start time is derived from the boot time, which moves when the clock is
-        # stepped (NTP), and a live kernel must never be taken for a dead one.
-        return abs(psutil.Process(int(pid)).create_time() - float(started or 0)) < 1.0
-    except psutil.NoSuchProcess:
-        return False
+    return pid_running(int(pid), float(started or 0))
 
 
 # Tickets this process has asked for and not given back, by state file. A ticket of this process that is not in it
