@@ -264,3 +264,26 @@ def _dense(grad):
     import tensorflow as tf
 
     return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def measure_allreduce(megabytes=8, repeats=5):
+    """On two ranks: allreduce bandwidth (bytes/s) of a large tensor and latency (s) of a tiny one."""
+    import time
+
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    big = tf.zeros([megabytes * 2**20 // 4])
+    small = tf.zeros([2])
+    hvd.allreduce(big, name="jdl.bw.warm")
+    start = time.perf_counter()
+    for i in range(repeats):
+        hvd.allreduce(big, name=f"jdl.bw.{i}")
+    per_big = (time.perf_counter() - start) / repeats
+    start = time.perf_counter()
+    for i in range(repeats * 4):
+        hvd.allreduce(small, name=f"jdl.lat.{i}")
+    per_small = (time.perf_counter() - start) / (repeats * 4)
+    size = hvd.size()
+    moved = 2 * (size - 1) / size * megabytes * 2**20
+    return moved / max(per_big - per_small, 1e-6), per_small / (2 * (size - 1))

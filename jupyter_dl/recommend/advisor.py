@@ -6,13 +6,13 @@ device kind nobody profiled, from its published peak throughput. The table says 
 """
 import html
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
 from traitlets import Float
 from traitlets.config import Configurable
 
+from ..backends import horovod as backend
 from .estimator import StepTimeEstimator
 from .planner import (
     DeviceKind,
@@ -125,7 +125,8 @@ class Advisor(Configurable):
 
                 # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
                 options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
-                self._interconnect = self.session.launcher.run(FunctionWork(_measure_allreduce), options).results[0]
+                work = FunctionWork(backend.measure_allreduce)
+                self._interconnect = self.session.launcher.run(work, options).results[0]
             else:
                 self._interconnect = (self.default_bandwidth_gb_s * 1e9, 50e-6)
         return self._interconnect
@@ -165,32 +166,13 @@ class Advisor(Configurable):
 
     def probe_model(self, model, x, y, batch_size):
         """Profile a notebook model on one engine (its own copy) at 1, 2 and 4 times the batch size."""
-        from .. import api
+        from ..launcher import FunctionWork
+        from ..options import RunOptions
 
         largest = batch_size * 4
-        return api.distribute(_probe_on_engine, n=1, args=(model, x[:largest], y[:largest], batch_size),
-                              manual=True, plot=False, name="recommend-probe")
-
-
-def _measure_allreduce(megabytes=8, repeats=5):
-    """On two ranks: allreduce bandwidth (bytes/s) of a large tensor and latency (s) of a tiny one."""
-    import horovod.tensorflow as hvd
-    import tensorflow as tf
-
-    big = tf.zeros([megabytes * 2**20 // 4])
-    small = tf.zeros([2])
-    hvd.allreduce(big, name="jdl.bw.warm")
-    start = time.perf_counter()
-    for i in range(repeats):
-        hvd.allreduce(big, name=f"jdl.bw.{i}")
-    per_big = (time.perf_counter() - start) / repeats
-    start = time.perf_counter()
-    for i in range(repeats * 4):
-        hvd.allreduce(small, name=f"jdl.lat.{i}")
-    per_small = (time.perf_counter() - start) / (repeats * 4)
-    size = hvd.size()
-    moved = 2 * (size - 1) / size * megabytes * 2**20
-    return moved / max(per_big - per_small, 1e-6), per_small / (2 * (size - 1))
+        work = FunctionWork(_probe_on_engine, (model, x[:largest], y[:largest], batch_size))
+        options = RunOptions(n=1, manual=True, plot=False, name="recommend-probe")
+        return self.session.launcher.run(work, options).results[0]
 
 
 def _probe_on_engine(model, x, y, batch_size):
