@@ -510,3 +510,113 @@ def test_cluster_rows_and_clearing_finished_jobs(lab, page, on_failure_evidence)
     page.wait_for_function(f"() => document.querySelectorAll(\"#jp-dl-jobs-panel li.jp-dl-job[data-state='cancelled'],"
                            f" #jp-dl-jobs-panel li.jp-dl-job[data-state='succeeded']\").length === {before}",
                            timeout=10_000)
+
+
+def _kept_job(store, name="kept-job"):
+    """A succeeded 2-rank job as the launcher leaves it: loss and resource records, and a kept model file."""
+    from jupyter_dl.jobs import Job
+
+    job = Job(name=name, n=2)
+    job.transition("starting")
+    t0 = time.time()
+    records = _synthetic_records(0, 2, 20)
+    for i in range(20):  # rank 1 grows its memory: what the panel must make visible at a glance
+        records += [{"kind": "resources", "rank": r, "t": t0 + i * 0.25, "cpu": 90.0 - 10 * r,
+                     "rss_mb": 500.0 + (i * 20 if r == 1 else 0)} for r in range(2)]
+    store.append_metrics(job.id, records)
+    (store.job_dir(job.id) / "results" / "models").mkdir(parents=True)
+    (store.job_dir(job.id) / "results" / "models" / "model.keras").write_bytes(b"PK kept model bytes")
+    job.transition("running")
+    job.transition("succeeded")
+    store.save(job)
+    return job
+
+
+def test_kept_job_shows_resources_and_loads_and_downloads_its_model(lab, page, on_failure_evidence):
+    """A succeeded job that kept a model: its loss tab has per-rank CPU and memory charts (no GPU charts without GPU
+    samples); its row loads the model into the notebook in a new cell below the active one and downloads it."""
+    job = _kept_job(_store(lab))
+    panel = _open_panel(page)
+    row = panel.locator(f'li.jp-dl-job[data-job-id="{job.id}"]')
+    row.wait_for(timeout=30_000)
+
+    row.locator("button.jp-dl-plot").click()
+    tab = page.locator(f"#jp-dl-plot-{job.id}")
+    tab.locator('svg.jp-dl-resource-chart[data-field="cpu"]').wait_for(timeout=30_000)
+    for field in ("cpu", "rss_mb"):
+        chart = tab.locator(f'svg.jp-dl-resource-chart[data-field="{field}"]')
+        assert chart.locator("path.jp-dl-resource-line").count() == 2  # one line per rank
+    assert tab.locator('svg.jp-dl-resource-chart[data-field="gpu_util"]').count() == 0
+    # The charts sit under the loss chart.
+    loss_box = tab.locator(".jp-dl-plot-chart").bounding_box()
+    assert tab.locator(".jp-dl-resource-charts").bounding_box()["y"] >= loss_box["y"] + loss_box["height"] - 1
+    page.screenshot(path=str(ARTIFACTS / "loss-plot-resources.png"))
+
+    # Back to the notebook: its first cell active, then "Load model into notebook" from the row.
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="job.ipynb").first.click()
+    page.locator(".jp-NotebookPanel").first.wait_for(state="visible", timeout=10_000)
+    cells = page.locator(".jp-NotebookPanel .jp-Cell")
+    before = cells.count()
+    cells.nth(0).locator(".jp-InputPrompt").click()
+    row.locator("button.jp-dl-load-model").click()
+    page.wait_for_function(f"() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === {before + 1}",
+                           timeout=10_000)
+    inserted = cells.nth(1)
+    expected = f'model = jupyter_dl.load_job("{job.id}").models["model"]'
+    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
+                           arg=[inserted.element_handle(), expected], timeout=10_000)
+    assert "import jupyter_dl" in inserted.inner_text()
+    assert "jp-CodeCell" in inserted.get_attribute("class")
+
+    link = row.locator("a.jp-dl-download-model")
+    assert link.inner_text() == "Download model"
+    href = link.evaluate("a => a.href")  # resolved against the page
+    assert href.endswith(f"/jupyter-dl/api/jobs/{job.id}/results/model/model")
+    reply = page.request.get(href)  # with the page's own cookies
+    assert reply.ok and reply.body() == b"PK kept model bytes"
+    assert "attachment" in reply.headers["content-disposition"]
+    _no_error_dialog(page)
+
+
+def test_selected_jobs_open_a_compare_tab_with_curves_and_table(lab, page, on_failure_evidence):
+    """Select two rows, press Compare: a main-area tab draws one line per run and metric with a legend, and the
+    table of settings, final metrics and performance; the x axis can be switched to epochs."""
+    store = _store(lab)
+    first, second = _kept_job(store, "cmp-a"), _kept_job(store, "cmp-b")
+    panel = _open_panel(page)
+    compare = panel.locator("button.jp-dl-compare")
+    for job in (first, second):
+        row = panel.locator(f'li.jp-dl-job[data-job-id="{job.id}"]')
+        row.wait_for(timeout=30_000)
+        row.locator("input.jp-dl-select").check()
+        if job is first:
+            assert compare.is_visible() and compare.is_disabled()  # one job compares nothing
+    assert compare.is_enabled() and compare.inner_text() == "Compare 2"
+    compare.click()
+
+    view = page.locator(".jp-dl-CompareView:visible")
+    view.locator("svg.jp-dl-compare-chart path.jp-dl-compare-line").first.wait_for(timeout=30_000)
+    curves = _api_compare(lab, [second.id, first.id])["curves"]  # list order: newest first
+    lines = view.locator("path.jp-dl-compare-line")
+    assert lines.count() == len(curves) >= 4  # smoothed batch loss and epoch loss, for each run
+    assert {lines.nth(i).get_attribute("data-run") for i in range(lines.count())} == {first.id, second.id}
+    legend = view.locator(".jp-dl-compare-legend").text_content()
+    assert "cmp-a" in legend and "cmp-b" in legend
+    sections = view.locator("tr.jp-dl-compare-section").all_inner_texts()
+    assert "final metrics" in sections and "performance" in sections
+    view.locator('tr[data-name="loss"]').wait_for(timeout=5_000)
+
+    page.locator("select.jp-dl-compare-x:visible").select_option("epoch")
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-dl-CompareView .jp-dl-chart-xlabel')]"
+                           ".some(el => el.textContent === 'epoch')", timeout=10_000)
+    page.screenshot(path=str(ARTIFACTS / "compare-tab.png"))
+    _no_error_dialog(page)
+
+
+def _api_compare(lab, ids):
+    import requests
+
+    response = requests.get(f"{lab['url']}/jupyter-dl/api/compare", params={"ids": ",".join(ids)},
+                            headers={"Authorization": f"token {lab['token']}"}, timeout=10)
+    response.raise_for_status()
+    return response.json()

@@ -247,3 +247,117 @@ async def test_finished_jobs_carry_their_final_metrics(jp_fetch, store):
     assert _add(store, "no-epochs", "failed") and \
         {j["name"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}[
             "no-epochs"]["final_metrics"] is None
+
+
+def _trained(store, name, n, user=None, losses=(1.0, 0.5), steps=5):
+    """A succeeded job as the launcher leaves it: begin/batch/epoch/throughput records and the kept cell source."""
+    job = Job(name=name, n=n, user=user, options={"n": n, "lr_scale": "linear"})
+    job.transition("starting")
+    records = [{"kind": "begin", "rank": r, "t": 100.0, "epochs": len(losses), "steps": steps, "batch_size": 32,
+                "samples_per_epoch": steps * 32, "initial_epoch": 0} for r in range(n)]
+    t = 100.0
+    for epoch, loss in enumerate(losses):
+        for step in range(1, steps + 1):
+            t += 0.1
+            records.append({"kind": "batch", "t": t, "epoch": epoch, "step": step, "steps": steps,
+                            "logs": {"loss": loss}})
+        records.append({"kind": "epoch", "rank": 0, "t": t, "epoch": epoch, "logs": {"loss": loss}})
+    records += [{"kind": "throughput", "rank": r, "t": t, "epoch": len(losses) - 1, "samples": 1000, "seconds": 10}
+                for r in range(n)]
+    store.append_metrics(job.id, records)
+    (store.job_dir(job.id) / "results").mkdir(parents=True)
+    (store.job_dir(job.id) / "results" / "cell.py").write_text("model.fit(x, y)\n")
+    job.transition("succeeded")
+    store.save(job)
+    return job
+
+
+async def test_compare_gives_both_runs_curves_and_the_table(jp_fetch, store):
+    one, two = _trained(store, "cmp", 1), _trained(store, "cmp", 2, losses=(0.9, 0.4))
+    body = await _json(await jp_fetch("jupyter-dl", "api", "compare", params={"ids": f"{one.id},{two.id}",
+                                                                              "x": "epoch"}))
+    assert body["x"] == "epoch" and [r["id"] for r in body["runs"]] == [one.id, two.id]
+    assert {(c["run"], c["metric"]) for c in body["curves"]} >= {(one.id, "loss"), (two.id, "loss")}
+    loss = next(c for c in body["curves"] if c["run"] == two.id and c["metric"] == "loss")
+    assert loss["epoch"] == [1, 2] and loss["y"] == [0.9, 0.4]
+    sections = {row["section"] for row in body["table"]}
+    assert {"settings", "final metrics", "performance"} <= sections
+
+
+@pytest.mark.parametrize("params, status, needle", [
+    ({"ids": "nosuchjob,other"}, 404, "no job 'nosuchjob'"),
+    ({"ids": "JOB"}, 400, "two or more job ids"),
+    ({"ids": ""}, 400, "two or more job ids"),
+    ({"ids": "JOB,JOB2", "x": "furlongs"}, 400, "x must be one of"),
+])
+async def test_compare_bad_input_is_a_one_line_error(jp_fetch, store, params, status, needle):
+    one, two = _trained(store, "a", 1), _trained(store, "b", 2)
+    params = {k: v.replace("JOB2", two.id).replace("JOB", one.id) for k, v in params.items()}
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "compare", params=params)
+    body = json.loads(err.value.response.body)
+    assert err.value.code == status and needle in body["message"] and "\n" not in body["message"]
+
+
+def test_compare_and_models_show_nobody_else_s_jobs(store):
+    """Viewer isolation (what the handlers pass on a hub): another user's job is reported like a missing one."""
+    from jupyter_dl.server.service import JobService, NotFound
+
+    service = JobService(store)
+    ann, bob = _trained(store, "a", 1, user="ann"), _trained(store, "b", 2, user="bob")
+    _keep_model_file(store, bob.id, "model")
+    with pytest.raises(NotFound, match="no job"):
+        service.compare(f"{ann.id},{bob.id}", viewer="ann")
+    with pytest.raises(NotFound, match="no job"):
+        service.model_file(bob.id, "model", viewer="ann")
+    assert service.model_file(bob.id, "model", viewer="bob").name == "model.keras"
+
+
+def _keep_model_file(store, job_id, name, data=b"not really a model"):
+    folder = store.job_dir(job_id) / "results" / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.keras").write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def kept_model_bytes(tmp_path_factory):
+    """A real `.keras` file, written by Keras as JobResults does (in a subprocess: TensorFlow stays out of this
+    one), or None where Keras is not installed."""
+    path = tmp_path_factory.mktemp("model") / "model.keras"
+    code = ("import keras; m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]); "
+            f"m.save({str(path)!r})")
+    if subprocess.run([sys.executable, "-c", code], capture_output=True).returncode != 0:
+        return None
+    return path.read_bytes()
+
+
+async def test_a_kept_model_downloads_as_a_keras_file(jp_fetch, store, kept_model_bytes, tmp_path):
+    import zipfile
+
+    job = _trained(store, "keeper", 2)
+    data = kept_model_bytes or b"PK placeholder"
+    _keep_model_file(store, job.id, "model", data)
+    listed = {j["id"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}
+    assert listed[job.id]["models"] == ["model"]  # the panel offers load/download from this
+    reply = await jp_fetch("jupyter-dl", "api", "jobs", job.id, "results", "model", "model")
+    assert reply.code == 200 and reply.body == data
+    assert reply.headers["Content-Disposition"] == f'attachment; filename="{job.id}-model.keras"'
+    if kept_model_bytes is not None:  # what was served is a Keras archive (config and weights inside)
+        (tmp_path / "got.keras").write_bytes(reply.body)
+        assert "config.json" in zipfile.ZipFile(tmp_path / "got.keras").namelist()
+
+
+@pytest.mark.parametrize("name", ["history", "..", "model.keras", "x;y"])
+async def test_a_model_not_kept_is_404(jp_fetch, store, name):
+    job = _trained(store, "keeper", 1)
+    _keep_model_file(store, job.id, "model")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "results", "model", name)
+    assert err.value.code == 404
+    assert "\n" not in json.loads(err.value.response.body)["message"]
+    running = _add(store, "running", "running")
+    listed = {j["id"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}
+    assert "models" not in listed[running.id]
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", running.id, "results", "model", "model")
+    assert err.value.code == 404

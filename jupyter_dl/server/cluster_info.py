@@ -50,7 +50,7 @@ def engines_by_host(engines: dict) -> dict:
     kind = engines.get("class", "")
     local = kind == "local" or kind.endswith("LocalEngineSetLauncher")
     here = socket.gethostname()
-    counts = {}
+    counts: dict = {}
     for engine_set in (engines.get("sets") or {}).values():
         if engine_set.get("state") != "running":
             continue

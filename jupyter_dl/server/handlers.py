@@ -86,6 +86,37 @@ class LogsHandler(_Base):
                           viewer=self.viewer)
 
 
+class ModelDownloadHandler(_Base):
+    """A kept model's `.keras` file, as an attachment, sent in pieces (models may be hundreds of MB)."""
+
+    CHUNK = 1 << 20
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id, name):
+        try:
+            path = self.service.model_file(job_id, name, viewer=self.viewer)
+        except ServiceError as exc:
+            self.set_status(exc.status)
+            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        self.set_header("Content-Type", "application/octet-stream")
+        self.set_header("Content-Disposition", f'attachment; filename="{job_id}-{name}.keras"')
+        self.set_header("Content-Length", str(path.stat().st_size))
+        with open(path, "rb") as f:
+            while chunk := f.read(self.CHUNK):
+                self.write(chunk)
+                await self.flush()
+        self.finish()
+
+
+class CompareHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self):
+        return self._call(self.service.compare, self.get_query_argument("ids", ""),
+                          self.get_query_argument("x", "step"), viewer=self.viewer)
+
+
 class ClusterHandler(_Base):
     @web.authenticated
     @authorized
@@ -122,7 +153,7 @@ class ClusterStopHandler(_Base):
             self.log.warning(f"jupyter-dl: stopping cluster {cluster_id}: {task.exception()}")
 
 
-_stopping = set()
+_stopping: set = set()  # tasks of stops under way
 
 
 def setup_handlers(web_app, service):
@@ -134,6 +165,8 @@ def setup_handlers(web_app, service):
         (base + job + "/?", JobHandler),
         (base + job + "/metrics/?", MetricsHandler),
         (base + job + "/logs/?", LogsHandler),
+        (base + job + r"/results/model/(?P<name>[^/]+)/?", ModelDownloadHandler),
+        (url_path_join(base, "compare") + "/?", CompareHandler),
         (url_path_join(base, "cluster") + "/?", ClusterHandler),
         (url_path_join(base, "cluster") + r"/(?P<cluster_id>[A-Za-z0-9_.-]+)/?", ClusterStopHandler),
     ])

@@ -1,13 +1,19 @@
-"""What the REST API does, without tornado: list, read, cancel jobs; metrics and logs; cluster and GPUs.
+"""What the REST API does, without tornado: list, read, cancel jobs; metrics and logs; kept models; comparisons;
+cluster and GPUs.
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
 import json
 import os
+import re
 import socket
 import time
 
 from ..jobs import FINAL_STATES, STATES, Job
+from ..jobs.results import RESULTS
+
+# What a kept model's file may be called: the Python name the cell bound it to (never a path).
+_MODEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ServiceError(Exception):
@@ -53,6 +59,8 @@ class JobService:
     def _present(self, record):
         if record.get("state") in FINAL_STATES:
             record = {**record, "final_metrics": self._final_metrics(record["id"])}
+        if record.get("state") == "succeeded":
+            record = {**record, "models": self._kept_models(record["id"])}
         stored = record.get("notebook")
         if self.root_dir is None or not stored:
             return record
@@ -82,6 +90,17 @@ class JobService:
                 break
         self._finals[job_id] = (size, found)
         return found
+
+    def _models_dir(self, job_id):
+        return self.store.job_dir(job_id) / RESULTS / "models"
+
+    def _kept_models(self, job_id):
+        """Names of the models a succeeded job kept (what the panel offers to load or download)."""
+        try:
+            return sorted(e.name[:-len(".keras")] for e in os.scandir(self._models_dir(job_id))
+                          if e.name.endswith(".keras") and e.is_file())
+        except OSError:
+            return []
 
     def _job(self, job_id, viewer=None):
         if not job_id or "/" in job_id or job_id.startswith("."):
@@ -147,6 +166,29 @@ class JobService:
         return {"rank": rank, "ranks": ranks, "stream": stream,
                 "text": self.store.logs(job_id, rank, stream, tail)}
 
+    def model_file(self, job_id, name, viewer=None):
+        """The path of the `.keras` file a job kept for model `name`; NotFound when it kept none by that name."""
+        self._job(job_id, viewer)
+        path = self._models_dir(job_id) / f"{name}.keras"
+        if not _MODEL_NAME.match(name or "") or not path.is_file():
+            kept = self._kept_models(job_id)
+            raise NotFound(f"job {job_id} kept no model {name!r}"
+                           + (f"; it kept {', '.join(kept)}" if kept else "; it kept no models"))
+        return path
+
+    def compare(self, ids, x="step", viewer=None):
+        """`comparison.compare_jobs` of the comma-separated `ids` (ids, unique id prefixes or job names)."""
+        from ..comparison import CompareSettings, UnknownJob, compare_jobs
+        from ..errors import UsageError
+
+        try:
+            return compare_jobs(self.store, (ids or "").replace(",", " ").split(), x=x or "step", viewer=viewer,
+                                settings=CompareSettings(config=self.store.config))
+        except UnknownJob as exc:
+            raise NotFound(_first_line(exc)) from None
+        except UsageError as exc:
+            raise BadRequest(_first_line(exc)) from None
+
     def cluster(self, notebooks_by_pid=None, viewer=None):
         """Running clusters with the notebook that owns each (from the server's own kernels, else from the jobs its
         kernel ran), engines per host, and the GPUs."""
@@ -199,6 +241,10 @@ def _elapsed(record, now):
     stamps = record.get("timestamps", {})
     end = next((stamps[s] for s in FINAL_STATES if s in stamps), now)
     return end - stamps.get("starting", record.get("created", now))
+
+
+def _first_line(exc):
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _non_negative_int(value, name):

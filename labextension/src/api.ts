@@ -6,7 +6,9 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import {
+  CompareAxis,
   ICancelReply,
+  ICompareReply,
   IClusterInfo,
   IJob,
   IJobList,
@@ -56,6 +58,11 @@ export class JobsApi {
 
   logs(id: string, rank: number, stream: LogStream, tail: number): Promise<ILogsReply> {
     return this.request<ILogsReply>(['jobs', id, 'logs'], { rank, tail, stream });
+  }
+
+  /** Two or more jobs side by side: their curves against `x`, and the table of settings, metrics and speed. */
+  compare(ids: string[], x: CompareAxis = 'step'): Promise<ICompareReply> {
+    return this.request<ICompareReply>(['compare'], { ids, x });
   }
 
   cluster(): Promise<IClusterInfo> {

@@ -12,6 +12,7 @@ import {
   showErrorMessage
 } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, JobsApi, errorMessage } from './api';
@@ -19,6 +20,8 @@ import { formatRanks, isActive } from './format';
 import { jobsIcon } from './icons';
 import { DEFAULT_POLL_INTERVAL, JobsModel, MIN_POLL_INTERVAL } from './jobsModel';
 import { DEFAULT_LOG_TAIL, LogsView, createLogsWidget } from './logs';
+import { compareWidgetId, createCompareWidget } from './compare';
+import { loadModelCode, modelDownloadPath } from './keptModels';
 import { IJob } from './model';
 import { JobsPanel, PANEL_ID } from './panel';
 import { LossPlotView, createPlotWidget } from './plot';
@@ -39,7 +42,11 @@ export const CommandIDs = {
   /** Args: `{id}`. */
   openNotebook: 'jupyter-dl:open-notebook',
   /** Args: `{id}` (a cluster id); asks for confirmation. */
-  stopCluster: 'jupyter-dl:stop-cluster'
+  stopCluster: 'jupyter-dl:stop-cluster',
+  /** Args: `{id, name}`: a cell loading that kept model, inserted below the current notebook's active cell. */
+  loadModel: 'jupyter-dl:load-model',
+  /** Args: `{ids}`: two or more job ids, compared in a main-area tab. */
+  compareJobs: 'jupyter-dl:compare-jobs'
 };
 
 const CATEGORY = 'Distributed training';
@@ -181,6 +188,38 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    commands.addCommand(CommandIDs.loadModel, {
+      label: 'Load Kept Model into Notebook',
+      isEnabled: args => !!jobId(args) && typeof args?.name === 'string',
+      execute: async args => {
+        // The notebook commands act on the notebook last focused (the tracker's current one); without any notebook
+        // open they would do nothing, so say so instead.
+        const notebookOpen = [...shell.widgets('main')].some(w => w.hasClass('jp-NotebookPanel'));
+        if (!notebookOpen) {
+          Notification.warning('Open a notebook first: the model is loaded in a new cell of the current notebook.', {
+            autoClose: 6000
+          });
+          return;
+        }
+        const text = loadModelCode(jobId(args), String(args.name));
+        await commands.execute('notebook:insert-cell-below');
+        await commands.execute('notebook:replace-selection', { text });
+      }
+    });
+
+    commands.addCommand(CommandIDs.compareJobs, {
+      label: 'Compare Distributed Jobs',
+      isEnabled: args => Array.isArray(args?.ids) && (args.ids as unknown[]).length >= 2,
+      execute: args => {
+        const ids = (args.ids as unknown[]).map(String);
+        const id = compareWidgetId(ids);
+        if (![...shell.widgets('main')].some(w => w.id === id)) {
+          shell.add(createCompareWidget(api, ids), 'main');
+        }  // else the same jobs are compared already: show that tab
+        shell.activateById(id);
+      }
+    });
+
     commands.addCommand(CommandIDs.cancelJob, {
       label: 'Cancel Distributed Job',
       isEnabled: args => !!jobId(args),
@@ -271,6 +310,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       logs: job => void commands.execute(CommandIDs.showLogs, { id: job.id }),
       plot: job => void commands.execute(CommandIDs.showLossPlot, { id: job.id }),
       openNotebook: job => void commands.execute(CommandIDs.openNotebook, { id: job.id }),
+      loadModel: (job, name) => void commands.execute(CommandIDs.loadModel, { id: job.id, name }),
+      compare: ids => void commands.execute(CommandIDs.compareJobs, { ids }),
+      modelUrl: (job, name) => URLExt.join(api.settings.baseUrl, modelDownloadPath(job.id, name)),
       refresh: () => void commands.execute(CommandIDs.refreshJobs),
       gettingStarted: () => void commands.execute(CommandIDs.gettingStarted)
     });

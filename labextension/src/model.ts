@@ -78,6 +78,8 @@ export interface IJob {
   progress?: IJobProgress | null;
   /** One entry per restart after a failure (--restarts). */
   restarts?: Array<{ attempt: number; reason: string; t: number }>;
+  /** A succeeded job: the names of the models it kept (`jupyter_dl.load_job(id).models`); others: absent. */
+  models?: string[];
   /** A finished job's last epoch logs (rank 0), when it reported any. */
   final_metrics?: { [name: string]: number } | null;
 }
@@ -92,11 +94,26 @@ export interface ICancelReply {
   state: string;
 }
 
-export type MetricKind = 'begin' | 'batch' | 'epoch' | 'throughput' | 'end';
+/**
+ * Every kind of metric record the kernel and ranks write; the same list as jupyter_dl/data/metric_kinds.json
+ * (test/metricKinds.test.ts checks they agree).
+ */
+export const METRIC_KINDS = [
+  'begin',
+  'batch',
+  'epoch',
+  'throughput',
+  'end',
+  'resources',
+  'stall',
+  'restart'
+] as const;
+
+export type MetricKind = (typeof METRIC_KINDS)[number];
 
 /** One record of `GET jupyter-dl/api/jobs/{id}/metrics`. */
 export interface IMetricRecord {
-  kind: MetricKind | string;
+  kind: MetricKind;
   t?: number;
   rank?: number;
   /** Zero-based epoch index (batch, epoch, throughput). */
@@ -158,4 +175,32 @@ export interface IClusterInfo {
 export interface IErrorBody {
   code: string;
   message: string;
+}
+
+export type CompareAxis = 'step' | 'epoch' | 'time';
+
+/** `GET jupyter-dl/api/compare?ids=a,b&x=step` (jupyter_dl/comparison.py `compare_jobs`). */
+export interface ICompareReply {
+  x: CompareAxis;
+  x_titles: { [axis: string]: string };
+  runs: Array<{
+    id: string;
+    name: string;
+    label: string;
+    state: string;
+    ranks: number;
+    cell: string | null;
+    elapsed: number | null;
+  }>;
+  /** One per run and metric; every curve carries all three x axes. */
+  curves: Array<{
+    run: string;
+    metric: string;
+    kind: 'batch' | 'epoch';
+    step: number[];
+    epoch: number[];
+    time: number[];
+    y: number[];
+  }>;
+  table: Array<{ section: string; name: string; values: unknown[]; text: string[] }>;
 }

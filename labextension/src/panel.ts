@@ -45,6 +45,12 @@ export namespace JobsPanel {
     logs(job: IJob): void;
     plot(job: IJob): void;
     openNotebook(job: IJob): void;
+    /** Inserts a cell loading the kept model `name` below the active cell of the current notebook. */
+    loadModel(job: IJob, name: string): void;
+    /** The URL a kept model downloads from. */
+    modelUrl(job: IJob, name: string): string;
+    /** Opens the comparison of these jobs (two or more, in list order). */
+    compare(jobIds: string[]): void;
     stopCluster(cluster: ICluster): void;
     refresh(): void;
     gettingStarted(): void;
@@ -81,11 +87,27 @@ export class JobsPanel extends Widget {
       'Clear finished'
     );
     this._clear.addEventListener('click', () => this.model.clearFinished());
+    this._compare = h(
+      'button',
+      {
+        className: 'jp-dl-text-button jp-dl-compare',
+        type: 'button',
+        title: 'Compare the selected jobs: loss and metric curves, settings, final metrics, speed'
+      },
+      'Compare'
+    );
+    this._compare.addEventListener('click', () => {
+      const ids = this.model.jobs.map(job => job.id).filter(id => this._selected.has(id));
+      if (ids.length >= 2) {
+        this._actions.compare(ids);
+      }
+    });
     const header = h(
       'div',
       { className: 'jp-dl-header' },
       h('h2', { className: 'jp-dl-title' }, 'Distributed jobs'),
       this._summary,
+      this._compare,
       this._clear,
       refresh
     );
@@ -176,10 +198,11 @@ export class JobsPanel extends Widget {
       seen.add(job.id);
       let row = this._rows.get(job.id);
       if (!row) {
-        row = new JobRow(this._actions);
+        row = new JobRow(this._actions, (id, on) => this._select(id, on));
         this._rows.set(job.id, row);
       }
       row.update(job, model.isCancelling(job.id), this._eta.update(job.id, job.progress?.eta_s, now));
+      row.selected = this._selected.has(job.id);
       placeAt(this._list, row.node, index);
     });
     for (const [id, row] of this._rows) {
@@ -188,7 +211,31 @@ export class JobsPanel extends Widget {
         this._rows.delete(id);
       }
     }
+    for (const id of [...this._selected]) {
+      if (!seen.has(id)) {
+        this._selected.delete(id);  // a job no longer listed (cleared, pruned) is no longer selected
+      }
+    }
+    this._updateCompare();
     this._renderCluster(model.cluster, model.clusterError);
+  }
+
+  private _select(jobId: string, on: boolean): void {
+    if (on) {
+      this._selected.add(jobId);
+    } else {
+      this._selected.delete(jobId);
+    }
+    this._updateCompare();
+  }
+
+  /** The Compare button shows once a row is selected, and works from two on. */
+  private _updateCompare(): void {
+    const count = this._selected.size;
+    this._compare.hidden = count === 0;
+    this._compare.disabled = count < 2;
+    setText(this._compare, count >= 2 ? `Compare ${count}` : 'Compare');
+    setAttr(this._compare, 'aria-disabled', count < 2 ? 'true' : null);
   }
 
   private _clusterRow(cluster: ICluster): HTMLElement {
@@ -303,6 +350,8 @@ export class JobsPanel extends Widget {
   }
 
   private _summary: HTMLElement;
+  private _compare: HTMLButtonElement;
+  private _selected = new Set<string>();
   private _clear: HTMLButtonElement;
   private _showCleared: HTMLButtonElement;
   private _eta = new EtaSmoother();
@@ -331,7 +380,21 @@ function meter(label: string, fraction: number | null, text: string): HTMLElemen
 
 /** One job's row; built once, updated in place on every poll so buttons keep focus. */
 class JobRow {
-  constructor(private readonly _actions: JobsPanel.IActions) {
+  constructor(
+    private readonly _actions: JobsPanel.IActions,
+    onSelect: (jobId: string, on: boolean) => void
+  ) {
+    this._select = h('input', {
+      className: 'jp-dl-select',
+      type: 'checkbox',
+      title: 'Select to compare with other jobs'
+    });
+    this._select.addEventListener('click', event => event.stopPropagation());
+    this._select.addEventListener('change', () => {
+      if (this._job) {
+        onSelect(this._job.id, this._select.checked);
+      }
+    });
     this._name = h('span', { className: 'jp-dl-job-name' });
     this._badge = h('span', {});
     this._notebook = h('span', { className: 'jp-dl-job-notebook' });
@@ -378,6 +441,7 @@ class JobRow {
       this._actions.cancel(job)
     );
     this._actionBar = h('div', { className: 'jp-dl-job-actions' }, this._logs, this._plot);
+    this._models = h('div', { className: 'jp-dl-job-models' });
 
     this._stats = h(
       'div',
@@ -391,7 +455,7 @@ class JobRow {
     this.node = h(
       'li',
       { className: 'jp-dl-job' },
-      h('div', { className: 'jp-dl-job-head' }, this._name, this._badge),
+      h('div', { className: 'jp-dl-job-head' }, this._select, this._name, this._badge),
       h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._started, this._ranks),
       h('div', { className: 'jp-dl-job-progress-row' }, this._progress, this._percent),
       this._stats,
@@ -400,7 +464,46 @@ class JobRow {
     );
   }
 
+  /** Load and download actions per kept model; rebuilt only when the kept models change. */
+  private _updateModels(job: IJob): void {
+    const names = job.state === 'succeeded' ? (job.models ?? []) : [];
+    const key = `${job.id}\u0000${names.join('\u0000')}`;
+    if (key !== this._modelsKey) {
+      this._modelsKey = key;
+      this._models.textContent = '';
+      for (const name of names) {
+        const suffix = names.length > 1 ? ` '${name}'` : '';
+        const load = this._button(
+          'jp-dl-load-model',
+          `Load model${suffix} into notebook`,
+          `Insert a cell loading ${name} from job ${job.id} below the active cell of the current notebook`,
+          j => this._actions.loadModel(j, name)
+        );
+        const download = h(
+          'a',
+          {
+            className: 'jp-dl-link-button jp-dl-download-model',
+            href: this._actions.modelUrl(job, name),
+            download: `${job.id}-${name}.keras`,
+            title: `Download ${name} as a .keras file`
+          },
+          `Download model${suffix}`
+        );
+        setAttr(load, 'data-model', name);
+        setAttr(download, 'data-model', name);
+        this._models.append(load, download);
+      }
+    }
+    toggleChild(this.node, this._models, names.length > 0);
+  }
+
   readonly node: HTMLLIElement;
+
+  set selected(on: boolean) {
+    if (this._select.checked !== on) {
+      this._select.checked = on;
+    }
+  }
 
   update(job: IJob, cancelling: boolean, etaS: number | null = job.progress?.eta_s ?? null): void {
     this._job = job;
@@ -481,6 +584,7 @@ class JobRow {
     setAttr(this._error, 'title', job.error ?? null);
     toggleChild(this.node, this._error, !!job.error, this._actionBar);
 
+    this._updateModels(job);
     toggleChild(this._actionBar, this._open, !!job.notebook, this._cancel);
     toggleChild(this._actionBar, this._cancel, isActive(job.state));
     this._cancel.disabled = cancelling;
@@ -504,6 +608,7 @@ class JobRow {
   }
 
   private _job: IJob | null = null;
+  private _select: HTMLInputElement;
   private _name: HTMLElement;
   private _badge: HTMLElement;
   private _notebook: HTMLElement;
@@ -524,6 +629,8 @@ class JobRow {
   private _eta: HTMLElement;
   private _error: HTMLElement;
   private _actionBar: HTMLElement;
+  private _models: HTMLElement;
+  private _modelsKey = '';
   private _logs: HTMLButtonElement;
   private _plot: HTMLButtonElement;
   private _open: HTMLButtonElement;

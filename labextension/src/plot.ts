@@ -1,5 +1,6 @@
 /**
- * The loss plot tab: loss per step and per-epoch loss/val_loss from the metrics endpoint, drawn as SVG.
+ * The loss plot tab: loss per step and per-epoch loss/val_loss from the metrics endpoint, drawn as SVG, and under it
+ * small per-rank charts of the ranks' CPU, memory and GPU use (the `resources` records of the same pages).
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
@@ -12,6 +13,7 @@ import { formatMetric, tabTitle } from './format';
 import { jobsIcon } from './icons';
 import { widgetId } from './logs';
 import { IJob } from './model';
+import { RESOURCE_FIELDS, ResourceSeriesBuilder, resourceChartSvg } from './resources';
 import { JobTabView } from './watch';
 
 /** Records asked for per request: the first page draws at once, however long the job has run. */
@@ -42,8 +44,9 @@ export class LossPlotView extends JobTabView {
     this.status = h('span', { className: 'jp-dl-plot-status' });
 
     this._chart = h('div', { className: 'jp-dl-plot-chart' });
+    this._resources = h('div', { className: 'jp-dl-resource-charts' });
     this._table = h('table', { className: 'jp-dl-epoch-table' });
-    this.node.append(this._message, this._chart, this._table);
+    this.node.append(this._message, this._chart, this._resources, this._table);
 
     this.startWatching(options.interval);
   }
@@ -84,7 +87,8 @@ export class LossPlotView extends JobTabView {
       if (typeof reply.next === 'number') {
         this._next = reply.next;
       }
-      const changed = this._builder.add(records);
+      const lossChanged = this._builder.add(records);
+      const changed = this._resourceBuilder.add(records) || lossChanged;
       this.clearError();
       if (changed || !this._loaded) {
         this._loaded = true;
@@ -130,6 +134,16 @@ export class LossPlotView extends JobTabView {
       logY: this._logY,
       showRaw: this._showRaw
     });
+    this._drawResources(width);
+  }
+
+  /** The per-rank resource charts, two to a row under the loss chart; none until a rank sampled. */
+  private _drawResources(width: number): void {
+    const size = { width: Math.max(240, width / 2 - 8), height: 140 };
+    // Markup built by resourceChartSvg from numbers and escaped fixed labels only.
+    this._resources.innerHTML = RESOURCE_FIELDS.map(f =>
+      resourceChartSvg(this._resourceBuilder.series, f.key, size)
+    ).join('');
   }
 
   private _renderTable(): void {
@@ -193,11 +207,13 @@ export class LossPlotView extends JobTabView {
 
   private _inflight: Promise<void> | null = null;
   private _builder = new LossSeriesBuilder('loss');
+  private _resourceBuilder = new ResourceSeriesBuilder();
   private _next = 0;
   private _loaded = false;
   private _logY = false;
   private _showRaw = true;
   private _chart: HTMLElement;
+  private _resources: HTMLElement;
   private _table: HTMLTableElement;
 }
 
