@@ -65,7 +65,7 @@ def preload():
 
 class Rendezvous:
     """A gloo rendezvous server in the kernel for one job; ranks find each other through it. It listens on every
-    address of this host; which one the ranks use is decided afterwards (launcher._route), once it runs."""
+    address of this host; which one the ranks use is decided afterwards (launch/route.py), once it runs."""
 
     def __init__(self, hosts_by_rank, timeout_s):
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts

@@ -19,19 +19,21 @@ import traceback
 
 from .. import keras_objects, payload
 from ..backends import horovod as backend
+from ..processes import pid_running
 from . import divergence
 from .live import engine_publisher
 from .native_stderr import NativeStderr
 from .probe import ProbeDone
 from .resources import ResourceSampler
+from .spec import RankSpec
 from .stall_watch import StallWatch
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
-_SHIPPED = {}
+_SHIPPED: dict = {}
 
 
-_ORPHAN_WATCH = []  # the thread that ends this engine when the kernel that owns its cluster is gone
-_PRELOAD = []       # the thread importing TensorFlow and Horovod while the engine waits for its first job
+_ORPHAN_WATCH: list = []  # the thread that ends this engine when the kernel that owns its cluster is gone
+_PRELOAD: list = []        # the thread importing TensorFlow and Horovod while the engine waits for its first job
 
 
 def describe(exit_with_kernel=None):
@@ -94,67 +96,49 @@ def _is_induced(exc) -> bool:
         "gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
 
 
-def run(spec: dict) -> dict:
-    """Run one rank of a job. spec: env, rank, names_in, names_out, mode ('cell'|'fn'), code|fn, options."""
+def run(spec: RankSpec) -> dict:
+    """Run one rank of a job (see RankSpec) and return its outcome; never raises."""
+    if isinstance(spec, dict):  # a hand-built spec (scripts, older callers): same fields, same defaults
+        spec = RankSpec(**spec)
     timings = {}
     t0 = time.perf_counter()
-    rank = spec["rank"]
+    rank = spec.rank
     previous_handler = None
     outcome = dict(rank=rank, ok=True, hostname=socket.gethostname())
     # Setup is not interruptible: a KeyboardInterrupt inside `import tensorflow` leaves the engine half-imported,
     # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
     # so a stop requested now lands as soon as the user's code starts.
-    watch = _KernelWatch(spec.get("kernel_pid"), spec.get("kernel_host"))
+    watch = _KernelWatch(spec.kernel_pid, spec.kernel_host)
     _wait_for_preload()
     setup_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
-            backend.init(spec["env"])
+            backend.init(spec.env)
         finally:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
         keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
-        os.environ.update(spec.get("secrets", {}))  # for this job only; removed below
+        os.environ.update(spec.secrets)  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
-        namespace.update({name: _SHIPPED[name][1] for name in spec["names_in"]})
-        hooks = None
-        if spec.get("manual"):
-            from ..backends import horovod_keras3
-
-            horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
-        else:
-            from .keras_hooks import KerasHooks
-
-            hooks = KerasHooks(rank, spec["size"], spec.get("lr_scale", "linear"), spec.get("stream_metrics", True),
-                               checkpoint_dir=spec.get("checkpoint_dir"), attempt=spec.get("attempt", 0),
-                               balance=spec.get("balance", False), probe=spec.get("probe", False),
-                               batch_size=spec.get("batch_size"), lr_multiplier=spec.get("lr_multiplier", 1.0))
+        namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
+        hooks = _hooks_for(spec)
         t1 = time.perf_counter()
-        stall_watch = StallWatch(rank, spec.get("stall_s"), _stall_reporter(rank))
-        sampler = ResourceSampler(rank, spec.get("resource_interval", 0), engine_publisher())
+        stall_watch = StallWatch(rank, spec.stall_s, _stall_reporter(rank))
+        sampler = ResourceSampler(rank, spec.resource_interval, engine_publisher())
         with NativeStderr(sys.stderr), stall_watch, sampler, hooks if hooks is not None else contextlib.nullcontext():
-            if spec["mode"] == "cell":
-                filename = f"<distribute-cell {spec.get('job_name', '')}>"
-                linecache.cache[filename] = (len(spec["code"]), None, spec["code"].splitlines(True), filename)
-                exec(compile(spec["code"], filename, "exec"), namespace)
+            if spec.mode == "cell":
+                _exec_cell(spec, namespace)
                 result = None
-            else:
-                fn, args, kwargs = payload.cloudpickle.loads(spec["fn"])
+            else:  # called here, not in a helper: a function's traceback starts at this frame, as before
+                fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
                 result = fn(*args, **kwargs)
         timings["run_s"] = time.perf_counter() - t1
         if hooks is not None:
-            apart = _ranks_apart(hooks, namespace if spec["mode"] == "cell" else {})
+            apart = _ranks_apart(hooks, namespace if spec.mode == "cell" else {})
             if apart:
                 outcome["diverged"] = divergence.warning(apart)
         t2 = time.perf_counter()
-        if spec["mode"] == "fn":
-            outcome["result"] = payload.cloudpickle.dumps(result) if (rank == 0 or spec.get("all_ranks")) else None
-        elif rank == 0:
-            # Names the cell bound, plus Keras models it trained in place (they changed even though not rebound).
-            names = list(spec["names_out"]) + [n for n in spec["names_in"]
-                                               if n not in spec["names_out"] and payload.is_keras_model(namespace[n])]
-            outcome["values"] = payload.pack(names, namespace)
-            outcome["environment"] = _environment()
+        _pack_results(spec, namespace, result, outcome)
         timings["pack_s"] = time.perf_counter() - t2
     except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
         outcome["probe"] = done.payload
@@ -165,27 +149,65 @@ def run(spec: dict) -> dict:
                        traceback=_user_traceback(exc))
     finally:
         watch.stop()
-        # Leaving tells the peers: if we failed, they stop waiting on us in their next collective.
-        for name in spec.get("secrets", {}):
-            os.environ.pop(name, None)
-        try:
-            backend.shutdown()
-        except Exception:
-            pass
-        if previous_handler is not None:
-            signal.signal(signal.SIGINT, previous_handler)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _leave_job(spec, previous_handler)
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
+
+
+def _hooks_for(spec: RankSpec):
+    """Zero-code mode's Keras hooks for this rank, or None for a --manual cell (which gets the Keras 3 shim)."""
+    if spec.manual:
+        from ..backends import horovod_keras3
+
+        horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
+        return None
+    from .keras_hooks import KerasHooks
+
+    return KerasHooks(spec.rank, spec.size, spec.lr_scale, spec.stream_metrics, checkpoint_dir=spec.checkpoint_dir,
+                      attempt=spec.attempt, balance=spec.balance, probe=spec.probe, batch_size=spec.batch_size,
+                      lr_multiplier=spec.lr_multiplier)
+
+
+def _exec_cell(spec: RankSpec, namespace):
+    """Run the cell's code in `namespace`, under a filename that tracebacks and the stall report recognise."""
+    filename = f"<distribute-cell {spec.job_name}>"
+    linecache.cache[filename] = (len(spec.code), None, spec.code.splitlines(True), filename)
+    exec(compile(spec.code, filename, "exec"), namespace)
+
+
+def _pack_results(spec: RankSpec, namespace, result, outcome):
+    """Put what goes back to the kernel into the outcome: a function's result, or rank 0's bound names."""
+    if spec.mode == "fn":
+        outcome["result"] = payload.cloudpickle.dumps(result) if (spec.rank == 0 or spec.all_ranks) else None
+    elif spec.rank == 0:
+        # Names the cell bound, plus Keras models it trained in place (they changed even though not rebound).
+        names = list(spec.names_out) + [n for n in spec.names_in
+                                        if n not in spec.names_out and payload.is_keras_model(namespace[n])]
+        outcome["values"] = payload.pack(names, namespace)
+        outcome["environment"] = _environment()
+
+
+def _leave_job(spec: RankSpec, previous_handler):
+    """Clean up after the job, whatever happened. Leaving tells the peers: if we failed, they stop waiting on us in
+    their next collective."""
+    for name in spec.secrets:
+        os.environ.pop(name, None)
+    try:
+        backend.shutdown()
+    except Exception:
+        pass
+    if previous_handler is not None:
+        signal.signal(signal.SIGINT, previous_handler)
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _environment() -> dict:
     """What this rank ran with, kept with the job's results."""
     import platform
 
-    found = {"python": platform.python_version()}
+    found: dict = {"python": platform.python_version()}
     for name in ("tensorflow", "keras", "horovod"):
         module = sys.modules.get(name)
         found[name] = getattr(module, "__version__", None) if module else None
@@ -219,13 +241,7 @@ def _stall_reporter(rank):
 
 def _gone(pid) -> bool:
     """Whether process `pid` on this host has exited (another user's live process is not gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
+    return not pid_running(pid)
 
 
 def _exit_when_gone(pid, interval=2.0):

@@ -11,6 +11,8 @@ import shutil
 import socket
 import subprocess
 
+from ..processes import pid_running
+
 # Clusters a jupyter-dl kernel starts are named after the kernel's pid (cluster.py): jupyter-dl-<pid>-<n>.
 OWNER_PID = re.compile(r"^jupyter-dl-(\d+)-\d+$")
 
@@ -89,13 +91,7 @@ def _controller_alive(controller: dict) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_running(pid)
 
 
 def gpu_stats():

@@ -1,0 +1,114 @@
+"""Waiting for a job's ranks, and the one way every early end stops them (interrupt, repeat, then kill)."""
+import signal
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Ending:
+    """How a run of the ranks ended. status: ok, failed, timeout, stalled, cancelled or interrupted."""
+    status: str = "ok"
+    failed_order: list = field(default_factory=list)  # ranks in the order their failure was observed
+    stalls: dict = field(default_factory=dict)         # rank -> its stall report
+
+
+class Monitor:
+    """Every way a job ends early (a rank failed, --timeout, a stall, a cancel, the stop button) goes through the
+    same stop: interrupt the ranks still running, repeatedly, then kill and replace what is left after
+    stop_grace. A second stop-button press while stopping only keeps the stop going."""
+
+    def __init__(self, cluster, stop_grace, poll_interval, peer_patience, interrupt_repeat):
+        self.cluster, self.stop_grace, self.poll_interval = cluster, stop_grace, poll_interval
+        self.peer_patience, self.interrupt_repeat = peer_patience, interrupt_repeat
+
+    def watch(self, ids, ars, relay, feed, timeout=None):
+        """Wait for every rank, relaying output. Returns (outcome per rank, Ending)."""
+        outcomes = [None] * len(ars)
+        ending = Ending()
+        self._stop_at, self._signalled_at = None, 0.0
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            while True:
+                try:
+                    if self._poll(ids, ars, relay, feed, outcomes, ending, deadline):
+                        break
+                except KeyboardInterrupt:
+                    if ending.status != "interrupted":
+                        ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), 0.0
+        finally:
+            for r, ar in enumerate(ars):
+                if outcomes[r] is not None and outcomes[r].get("ok"):
+                    ar.wait_for_output(timeout=2)  # metrics published just before the reply may trail it
+            relay.pump(final=True)
+            feed.pump(final=True)
+        if ending.status == "ok" and ending.failed_order:
+            ending.status = "failed"
+        ending.stalls = dict(feed.stalls)
+        died = [ids[r] for r, o in enumerate(outcomes) if o and o.get("died")]
+        if died:
+            self.cluster.replace_dead(died)  # so the next cell finds as many engines as before
+        return outcomes, ending
+
+    def _poll(self, ids, ars, relay, feed, outcomes, ending, deadline) -> bool:
+        """One round: collect finished ranks, relay, decide whether to stop. True when no rank is left."""
+        for r, ar in enumerate(ars):
+            if outcomes[r] is None and ar.ready():
+                outcomes[r] = outcome_of(r, ar)
+                if not outcomes[r]["ok"]:
+                    ending.failed_order.append(r)
+        relay.pump()
+        feed.pump()
+        pending = [r for r, o in enumerate(outcomes) if o is None]
+        if not pending:
+            return True
+        now = time.monotonic()
+        if self._stop_at is None:
+            if ending.failed_order:
+                self._stop_at = now  # Horovod's shutdown should release the others; give it a moment
+            elif deadline is not None and now > deadline:
+                ending.status, self._stop_at = "timeout", now
+            elif feed.stalls:
+                ending.status, self._stop_at = "stalled", now
+            elif feed.cancel_requested():
+                ending.status, self._stop_at = "cancelled", now
+        if self._stop_at is not None:
+            # Ranks that reported a stall wait in native code no interrupt reaches; when only they are left,
+            # nobody will release them.
+            deadlocked = ending.status == "stalled" and set(pending) <= set(feed.stalls)
+            if deadlocked or now - self._stop_at > self.stop_grace:
+                self._kill(ids, pending, outcomes)
+                return True
+            # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy elsewhere
+            # need an interrupt. Repeat it: a rank that had not started its code ignores one.
+            patience = self.peer_patience if ending.status == "ok" else 0.0
+            if now - self._stop_at >= patience and now - self._signalled_at >= self.interrupt_repeat:
+                self._signalled_at = now
+                self._interrupt([ids[r] for r in pending])
+        ars[pending[0]].wait(self.poll_interval)
+        return False
+
+    def _interrupt(self, engine_ids):
+        if engine_ids:
+            self.cluster.client.send_signal(signal.SIGINT, targets=engine_ids, block=False)
+
+    def _kill(self, ids, pending, outcomes):
+        for r in pending:
+            outcomes[r] = {"rank": r, "ok": False, "induced": True, "ename": "Killed",
+                           "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced",
+                           "traceback": ""}
+        self.cluster.kill_and_replace([ids[r] for r in pending])
+
+
+def outcome_of(rank, ar):
+    """The rank's structured outcome; an engine that died or a failure outside our wrapper becomes one too."""
+    try:
+        return ar.get()
+    except Exception as exc:  # EngineError (engine died), RemoteError (failed before our wrapper ran)
+        from ipyparallel.error import EngineError
+
+        render = getattr(exc, "render_traceback", None)
+        tb = "\n".join(render()) if callable(render) else str(exc)
+        return {"rank": rank, "ok": False, "induced": False, "ename": getattr(exc, "ename", type(exc).__name__),
+                "evalue": getattr(exc, "evalue", str(exc)), "traceback": tb,
+                # ipyparallel reports a dead engine as EngineError, raised directly or wrapped in a RemoteError
+                "died": isinstance(exc, EngineError) or getattr(exc, "ename", "") == "EngineError"}
