@@ -22,12 +22,15 @@ def test_quickstart_runs_top_to_bottom():
     streamed = "".join(_texts(distributed_cell))
     assert "Epoch 10/10" in streamed and "started a local cluster: 2 engines" in streamed
     assert streamed.count("Epoch 1/10") == 1  # only rank 0 prints progress
-    # The live view left a static final figure (no widget manager here) and the run summary.
+    # The live view left static final figures (no widget manager here): the loss, then each rank's resources; and
+    # the run summary.
     figures = [o["data"]["application/vnd.plotly.v1+json"] for o in distributed_cell.outputs
                if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figures) == 1
+    assert len(figures) == 2
     names = {trace.get("name") for trace in figures[0]["data"]}
     assert {"loss (batch, smoothed)", "loss", "val_loss", "accuracy", "val_accuracy"} <= names
+    resource_names = {trace.get("name") for trace in figures[1]["data"]}
+    assert {"rank 0 CPU %", "rank 1 CPU %", "rank 0 memory MB", "rank 1 memory MB"} <= resource_names
     loss_trace = next(t for t in figures[0]["data"] if t.get("name") == "loss")
     assert len(loss_trace["y"]) == 10
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in distributed_cell.outputs)
