@@ -327,9 +327,31 @@ export function tickLabel(value: number): string {
   return String(Number(value.toPrecision(6)));
 }
 
-const r2 = (v: number): number => Math.round(v * 100) / 100;
+export const r2 = (v: number): number => Math.round(v * 100) / 100;  // SVG coordinates to 2 decimals
 
 /** An SVG path through `points` in chart coordinates. */
+/** Horizontal gridlines at `ticks` (plot coordinates from `sy`) and their labels right-aligned at `labelX`:
+ * the grid and y-tick groups the resource and compare charts share. */
+export function yGridAndTicks(
+  ticks: ReadonlyArray<number>,
+  sy: (y: number) => number,
+  left: number,
+  width: number,
+  labelX: number
+): string[] {
+  const parts = ['<g class="jp-dl-chart-grid">'];
+  for (const t of ticks) {
+    parts.push(`<line x1="${left}" x2="${left + width}" y1="${r2(sy(t))}" y2="${r2(sy(t))}"/>`);
+  }
+  parts.push('</g><g class="jp-dl-chart-ticks">');
+  for (const t of ticks) {
+    parts.push(
+      `<text x="${labelX}" y="${r2(sy(t))}" text-anchor="end" dominant-baseline="middle">${escapeXml(tickLabel(t))}</text>`
+    );
+  }
+  return parts;
+}
+
 export function linePath(
   points: ReadonlyArray<IPoint>,
   sx: (x: number) => number,

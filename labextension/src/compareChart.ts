@@ -2,13 +2,12 @@
  * The comparison chart: every run's curves against one x axis, a colour per run and a dash per metric, with a
  * legend. Pure: no JupyterLab imports.
  */
-import { downsample, escapeXml, IPoint, linePath, niceTicks, tickLabel } from './chart';
+import { downsample, escapeXml, IPoint, linePath, niceTicks, r2, tickLabel, yGridAndTicks } from './chart';
 import { CompareAxis, ICompareReply } from './model';
 
 const RUN_COLOURS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 const DASHES = ['', '6 3', '2 3', '8 3 2 3', '1 2'];
 
-const r2 = (v: number): number => Math.round(v * 100) / 100;
 
 /** The legend text of one curve: the run's label and the metric. */
 export function curveLabel(data: ICompareReply, curve: ICompareReply['curves'][number]): string {
@@ -51,17 +50,7 @@ export function compareChartSvg(
   }
   const sx = (v: number): number => margin.left + ((v - xmin) / (xmax - xmin)) * plotW;
   const sy = (v: number): number => margin.top + (1 - (v - ymin) / (ymax - ymin)) * plotH;
-  const parts = [open, '<g class="jp-dl-chart-grid">'];
-  const yTicks = niceTicks(ymin, ymax, 5);
-  for (const t of yTicks) {
-    parts.push(`<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${r2(sy(t))}" y2="${r2(sy(t))}"/>`);
-  }
-  parts.push('</g><g class="jp-dl-chart-ticks">');
-  for (const t of yTicks) {
-    parts.push(
-      `<text x="${margin.left - 6}" y="${r2(sy(t))}" text-anchor="end" dominant-baseline="middle">${escapeXml(tickLabel(t))}</text>`
-    );
-  }
+  const parts = [open, ...yGridAndTicks(niceTicks(ymin, ymax, 5), sy, margin.left, plotW, margin.left - 6)];
   for (const t of niceTicks(xmin, xmax, Math.max(2, Math.floor(plotW / 80)))) {
     parts.push(
       `<text x="${r2(sx(t))}" y="${margin.top + plotH + 16}" text-anchor="middle">${escapeXml(tickLabel(t))}</text>`

@@ -2,7 +2,7 @@
  * Per-rank resource charts for the job tab: CPU %, resident memory and, where the ranks saw a GPU, its utilisation
  * and memory, from the `resources` records each rank writes a few times a second. Pure: no JupyterLab imports.
  */
-import { downsample, escapeXml, IPoint, linePath, niceTicks, tickLabel } from './chart';
+import { downsample, escapeXml, IPoint, linePath, niceTicks, tickLabel, yGridAndTicks } from './chart';
 import { IMetricRecord } from './model';
 
 /** What a resources record holds, with the label and unit each small chart shows. */
@@ -61,7 +61,6 @@ export class ResourceSeriesBuilder {
 /** Line colours per rank, in order (rank 8 reuses rank 0's). */
 const RANK_COLOURS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
-const r2 = (v: number): number => Math.round(v * 100) / 100;
 
 /**
  * One small chart: `field` against seconds, one line per rank, with a y axis from 0 and a legend of ranks.
@@ -99,17 +98,8 @@ export function resourceChartSvg(
   const parts = [
     `<svg xmlns="http://www.w3.org/2000/svg" class="jp-dl-chart jp-dl-resource-chart" data-field="${field}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeXml(title)} per rank">`,
     `<text class="jp-dl-resource-title" x="${margin.left}" y="12">${escapeXml(title)}</text>`,
-    '<g class="jp-dl-chart-grid">'
+    ...yGridAndTicks(ticks, sy, margin.left, plotW, margin.left - 4)
   ];
-  for (const t of ticks) {
-    parts.push(`<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${r2(sy(t))}" y2="${r2(sy(t))}"/>`);
-  }
-  parts.push('</g><g class="jp-dl-chart-ticks">');
-  for (const t of ticks) {
-    parts.push(
-      `<text x="${margin.left - 4}" y="${r2(sy(t))}" text-anchor="end" dominant-baseline="middle">${escapeXml(tickLabel(t))}</text>`
-    );
-  }
   parts.push(
     `<text x="${margin.left + plotW}" y="${height - 4}" text-anchor="end">${escapeXml(tickLabel(Math.round(xmax)))} s</text></g>`
   );
