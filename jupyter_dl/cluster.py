@@ -3,6 +3,7 @@
 We drive ipyparallel's own `Cluster` API, so any cluster it can start or connect to (local processes, MPI, Slurm,
 SSH, via profiles and cluster files) is usable unchanged. The embedded default is a local cluster started on demand.
 """
+import contextlib
 import itertools
 import logging
 import os
@@ -250,12 +251,10 @@ class ClusterManager(Configurable):
         return pid_running(pid) if pid else True
 
     def _forget_stopped_cluster(self):
-        """Drop a cluster someone else stopped, quietly: its engines and controller are gone already."""
-        try:
+        """Drop a cluster someone else stopped, quietly: its engines and controller are gone already, so stopping
+        them again may complain (stop() forgets the cluster before it stops anything)."""
+        with contextlib.suppress(Exception):
             self.stop()
-        except Exception:  # stopping what is already stopped may complain; nothing is left to stop
-            self.client = self.cluster = None
-            self.owned = False
 
     # ------------------------------------------------------------------------------------------- engines
     def engine_ids(self):

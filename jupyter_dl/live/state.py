@@ -42,6 +42,7 @@ class TrainingState:
         self.last_t = None
         self.restarts = []                                 # {"attempt", "reason", "step", "epoch"} per restart
         self.resources = {}                                # rank -> {"t": [...], "cpu": [...], "rss_mb": [...], ...}
+        self.resource_samples = 0                          # samples consumed so far: the view redraws on change
         self._pending_restart = None
 
     # ---------------------------------------------------------------------------------------------- input
@@ -74,6 +75,7 @@ class TrainingState:
     def _resources(self, record):
         """One rank's resource sample: kept per rank as parallel lists, thinned to the budget by dropping every
         other point when full (the shape of a long run stays; the store keeps every sample)."""
+        self.resource_samples += 1
         series = self.resources.setdefault(record["rank"], {"t": []})
         if len(series["t"]) >= self.budget:
             for values in series.values():

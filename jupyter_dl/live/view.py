@@ -56,6 +56,7 @@ class LiveView:
         self._last_refresh = 0.0
         self._traces = {}
         self.resources = ResourceFigure(template, FIGURE_WIDTH)  # under the loss once ranks' samples arrive
+        self._resource_samples_drawn = 0
         self.refresh_latencies = []  # per batch: engine batch end -> figure data changed, seconds (benchmark)
 
     # ---------------------------------------------------------------------------------------------- start
@@ -133,8 +134,11 @@ class LiveView:
                      hovertext=r["reason"], font=dict(size=11, color=RESTART_COLOR))
                 for r in state.restarts
             ]
-        if state.resources and self.resources.update(state.resources):
-            self._box.children = [*self._box.children, self.resources.widget]
+        # Samples come about once a second, redraws up to ten times: resend the resource series only when they grew.
+        if state.resource_samples != self._resource_samples_drawn:
+            self._resource_samples_drawn = state.resource_samples
+            if self.resources.update(state.resources):
+                self._box.children = [*self._box.children, self.resources.widget]
         drawn = time.time()
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
         self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
