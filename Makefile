@@ -21,6 +21,7 @@ test-fast:
 
 lint:
 	$(VENV)/bin/ruff check jupyter_dl tests bench scripts
+	$(VENV)/bin/ruff format --check jupyter_dl tests bench scripts
 	$(VENV)/bin/mypy
 
 bench: setup

@@ -1,4 +1,5 @@
 """What every benchmark here reports besides its numbers: how loaded the machine was, and which versions ran."""
+
 import os
 from importlib import metadata
 
@@ -7,8 +8,11 @@ def load_before():
     """The 1-minute load average now, with a note when other work will skew the timings."""
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"note: 1-minute load average is {load:.2f} before starting; other work on this machine "
-              "skews these timings", flush=True)
+        print(
+            f"note: 1-minute load average is {load:.2f} before starting; other work on this machine "
+            "skews these timings",
+            flush=True,
+        )
     return load
 
 
@@ -34,10 +38,19 @@ def write_results(path, data, t_start, load_before, load_after, dists):
     import platform
     import time
 
-    data = {**data,
-            "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                        "loadavg_before": load_before, "loadavg_after": load_after, **versions(*dists)},
-            "bench_wall_s": time.perf_counter() - t_start, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    data = {
+        **data,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": load_after,
+            **versions(*dists),
+        },
+        "bench_wall_s": time.perf_counter() - t_start,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
     shown = path.relative_to(path.parent.parent.parent)

@@ -8,6 +8,7 @@ reported too, for what it is.
 
     .venv/bin/python bench/first_cell.py [--warm 10]
 """
+
 import argparse
 import os
 import statistics
@@ -77,16 +78,28 @@ def main():
     warm_median = statistics.median(results["warm_cell_s"])
     results["warm_cell_median_s"] = warm_median
     results["first_over_warm"] = results["first_cell_s"] / warm_median
-    print(f"cluster start {results['start_s']:.2f} s; background imports done {results['background_imports_s']:.2f} s "
-          f"after start")
+    print(
+        f"cluster start {results['start_s']:.2f} s; background imports done {results['background_imports_s']:.2f} s "
+        f"after start"
+    )
     print(f"first cell with no pause {results['first_cell_no_pause_s']:.2f} s")
-    print(f"first cell after start  {results['first_cell_s']:.3f} s  = {results['first_over_warm']:.2f}x warm "
-          f"(target <= 1.5x)")
-    print(f"warm trivial cell       {warm_median:.3f} s median of {len(warm)} (target <= 0.25 s); "
-          f"ipyparallel apply_sync {results['ipyparallel_apply_sync_s'] * 1e3:.1f} ms")
+    print(
+        f"first cell after start  {results['first_cell_s']:.3f} s  = {results['first_over_warm']:.2f}x warm "
+        f"(target <= 1.5x)"
+    )
+    print(
+        f"warm trivial cell       {warm_median:.3f} s median of {len(warm)} (target <= 0.25 s); "
+        f"ipyparallel apply_sync {results['ipyparallel_apply_sync_s'] * 1e3:.1f} ms"
+    )
     after = print_load(before)
-    write_results(Path(__file__).parent / "results" / "first_cell.json", results, t_start, before, after,
-                  ("ipyparallel", "horovod", "tensorflow"))
+    write_results(
+        Path(__file__).parent / "results" / "first_cell.json",
+        results,
+        t_start,
+        before,
+        after,
+        ("ipyparallel", "horovod", "tensorflow"),
+    )
 
 
 if __name__ == "__main__":

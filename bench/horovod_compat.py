@@ -14,6 +14,7 @@ B/A, C/A and C/D are printed (target: B/A and C/A >= 0.97) and written to bench/
 
     .venv/bin/python bench/horovod_compat.py [--rounds 3] [--steps 200]
 """
+
 import argparse
 import inspect
 import json
@@ -49,10 +50,16 @@ def custom_loop(steps, features=FEATURES, hidden=HIDDEN, classes=CLASSES, batch=
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=((warmup + steps) * batch, features)).astype("float32")
     y = rng.integers(0, classes, size=(warmup + steps) * batch)
-    batches = [(tf.constant(x[i:i + batch]), tf.constant(y[i:i + batch])) for i in range(0, len(x), batch)]
+    batches = [(tf.constant(x[i : i + batch]), tf.constant(y[i : i + batch])) for i in range(0, len(x), batch)]
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(hidden, activation="relu"),
-                              keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(classes)])
+    model = keras.Sequential(
+        [
+            keras.Input((features,)),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(classes),
+        ]
+    )
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     opt = keras.optimizers.Adam(0.001 * hvd.size())
 
@@ -92,10 +99,17 @@ def fit_job(steps, features=FEATURES, hidden=HIDDEN, classes=CLASSES, batch=BATC
     x = rng.normal(size=(steps * batch * ranks, features)).astype("float32")
     y = rng.integers(0, classes, size=len(x))
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(hidden, activation="relu"),
-                              keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(classes)])
-    model.compile(optimizer=keras.optimizers.Adam(0.001),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = keras.Sequential(
+        [
+            keras.Input((features,)),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(classes),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.001), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     times = {}
 
     class EpochClock(keras.callbacks.Callback):
@@ -122,12 +136,20 @@ def horovod_fit(steps, features=FEATURES, hidden=HIDDEN, classes=CLASSES, batch=
     rng = np.random.default_rng(0)
     x = rng.normal(size=(steps * batch * hvd.size(), features)).astype("float32")
     y = rng.integers(0, classes, size=len(x))
-    x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
+    x, y = x[hvd.rank() :: hvd.size()], y[hvd.rank() :: hvd.size()]
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(hidden, activation="relu"),
-                              keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(classes)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size())),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = keras.Sequential(
+        [
+            keras.Input((features,)),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(classes),
+        ]
+    )
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size())),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     times = {}
 
     class EpochClock(keras.callbacks.Callback):
@@ -137,8 +159,15 @@ def horovod_fit(steps, features=FEATURES, hidden=HIDDEN, classes=CLASSES, batch=
         def on_epoch_end(self, epoch, logs=None):
             times[epoch] = time.perf_counter() - times[epoch]
 
-    model.fit(x, y, batch_size=batch, epochs=2, verbose=0, shuffle=False,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), EpochClock()])
+    model.fit(
+        x,
+        y,
+        batch_size=batch,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), EpochClock()],
+    )
     return {"samples_per_s": len(x) * hvd.size() / times[1], "elapsed_s": times[1]}
 
 
@@ -156,8 +185,13 @@ if hvd.rank() == 0:
 def run_horovodrun(workdir: Path, steps: int, timeout: float, function=custom_loop) -> dict:
     script = workdir / f"{function.__name__}_hvd.py"
     source = inspect.getsource(function)
-    for name, value in (("FEATURES", FEATURES), ("HIDDEN", HIDDEN), ("CLASSES", CLASSES), ("BATCH", BATCH),
-                        ("WARMUP", WARMUP)):
+    for name, value in (
+        ("FEATURES", FEATURES),
+        ("HIDDEN", HIDDEN),
+        ("CLASSES", CLASSES),
+        ("BATCH", BATCH),
+        ("WARMUP", WARMUP),
+    ):
         source = source.replace(f"={name}", f"={value}")
     script.write_text(SCRIPT.format(source=source, steps=steps, mark=MARK, function=function.__name__))
     horovodrun = Path(sys.executable).parent / "horovodrun"
@@ -186,32 +220,71 @@ def main():
         with tempfile.TemporaryDirectory(prefix="jdl-bench-") as tmp:
             for i in range(args.rounds):
                 runs["A"].append(run_horovodrun(Path(tmp), args.steps, args.timeout))
-                runs["B"].append(jupyter_dl.distribute(custom_loop, n=2, args=(args.steps,), manual=True,
-                                                       plot=False, timeout=args.timeout, name="bench-manual"))
-                runs["C"].append(jupyter_dl.distribute(fit_job, n=2, args=(args.steps,), plot=False,
-                                                       timeout=args.timeout, name="bench-zero-code"))
+                runs["B"].append(
+                    jupyter_dl.distribute(
+                        custom_loop,
+                        n=2,
+                        args=(args.steps,),
+                        manual=True,
+                        plot=False,
+                        timeout=args.timeout,
+                        name="bench-manual",
+                    )
+                )
+                runs["C"].append(
+                    jupyter_dl.distribute(
+                        fit_job, n=2, args=(args.steps,), plot=False, timeout=args.timeout, name="bench-zero-code"
+                    )
+                )
                 runs["D"].append(run_horovodrun(Path(tmp), args.steps, args.timeout, horovod_fit))
-                print(f"  round {i + 1}: " + ", ".join(f"({k}) {v[-1]['samples_per_s']:.0f}" for k, v in runs.items())
-                      + " samples/s", flush=True)
+                print(
+                    f"  round {i + 1}: "
+                    + ", ".join(f"({k}) {v[-1]['samples_per_s']:.0f}" for k, v in runs.items())
+                    + " samples/s",
+                    flush=True,
+                )
     finally:
         jupyter_dl.shutdown()
 
     med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
     ratios = {"B/A": med["B"] / med["A"], "C/A": med["C"] / med["A"], "C/D": med["C"] / med["D"]}
-    labels = {"A": "(A) horovodrun -np 2, custom loop", "B": "(B) --manual -n 2, same loop",
-              "C": "(C) zero-code -n 2, model.fit", "D": "(D) horovodrun -np 2, fit + hvd.keras"}
+    labels = {
+        "A": "(A) horovodrun -np 2, custom loop",
+        "B": "(B) --manual -n 2, same loop",
+        "C": "(C) zero-code -n 2, model.fit",
+        "D": "(D) horovodrun -np 2, fit + hvd.keras",
+    }
     print(f"\n{'run':40s} {'samples/s':>10s}  (median of {args.rounds})")
     for key, label in labels.items():
         print(f"{label:40s} {med[key]:10.0f}")
     for name, ratio in ratios.items():
-        verdict = f"target >= {TARGET}: {'MET' if ratio >= TARGET else 'NOT MET'}" if name != "C/D" else \
-            "(zero-code against Horovod's own Keras fit)"
+        verdict = (
+            f"target >= {TARGET}: {'MET' if ratio >= TARGET else 'NOT MET'}"
+            if name != "C/D"
+            else "(zero-code against Horovod's own Keras fit)"
+        )
         print(f"{name:40s} {ratio:10.3f}  {verdict}")
     load_after = _common.print_load(load_before)
-    _common.write_results(RESULTS, {"runs": runs, "median_samples_per_s": med, "ratios": ratios, "target": TARGET,
-                                    "model": {"features": FEATURES, "hidden": HIDDEN, "classes": CLASSES,
-                                              "batch_per_rank": BATCH, "timed_steps": args.steps}},
-                          t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel"))
+    _common.write_results(
+        RESULTS,
+        {
+            "runs": runs,
+            "median_samples_per_s": med,
+            "ratios": ratios,
+            "target": TARGET,
+            "model": {
+                "features": FEATURES,
+                "hidden": HIDDEN,
+                "classes": CLASSES,
+                "batch_per_rank": BATCH,
+                "timed_steps": args.steps,
+            },
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras", "horovod", "ipyparallel"),
+    )
 
 
 if __name__ == "__main__":

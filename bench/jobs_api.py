@@ -6,6 +6,7 @@ filtered list and one metrics page for reference.
 
     .venv/bin/python bench/jobs_api.py [--jobs 1000] [--points 100000] [--calls 30]
 """
+
 import argparse
 import json
 import pathlib
@@ -32,8 +33,20 @@ def fill(store, jobs, points):
         job.transition(states[i % len(states)])
         job.progress = {"fraction": 1.0, "sparkline": [1.0 / (k + 1) for k in range(60)]}
         store.save(job)
-        store.append_metrics(job.id, [{"kind": "batch", "t": k * 0.01, "epoch": 0, "step": k + 1,
-                                       "steps": per_job, "logs": {"loss": 1.0 / (k + 1)}} for k in range(per_job)])
+        store.append_metrics(
+            job.id,
+            [
+                {
+                    "kind": "batch",
+                    "t": k * 0.01,
+                    "epoch": 0,
+                    "step": k + 1,
+                    "steps": per_job,
+                    "logs": {"loss": 1.0 / (k + 1)},
+                }
+                for k in range(per_job)
+            ],
+        )
 
 
 def free_port():
@@ -68,10 +81,20 @@ def main():
     config = tmp / "config.json"
     config.write_text(json.dumps({"JobStore": {"root": store.root}}))
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={port}", "--ServerApp.open_browser=False",
-         "--allow-root",
-         f"--IdentityProvider.token={token}", f"--config={config}", f"--ServerApp.root_dir={tmp}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "server.log", "w"))
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            f"--ServerApp.port={port}",
+            "--ServerApp.open_browser=False",
+            "--allow-root",
+            f"--IdentityProvider.token={token}",
+            f"--config={config}",
+            f"--ServerApp.root_dir={tmp}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "server.log", "w"),
+    )
     base = f"http://127.0.0.1:{port}/jupyter-dl/api"
     try:
         deadline = time.monotonic() + 60
@@ -105,8 +128,18 @@ def main():
     print(f"target: list under 100 ms -> median {statistics.median(listing):.1f} ms: {verdict}")
     out = pathlib.Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "jobs_api.json").write_text(json.dumps({"jobs": args.jobs, "points": args.points, "list_ms": listing,
-                                                   "filtered_ms": filtered, "metrics_ms": metrics}, indent=1))
+    (out / "jobs_api.json").write_text(
+        json.dumps(
+            {
+                "jobs": args.jobs,
+                "points": args.points,
+                "list_ms": listing,
+                "filtered_ms": filtered,
+                "metrics_ms": metrics,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

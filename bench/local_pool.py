@@ -9,6 +9,7 @@
 
     .venv/bin/python bench/local_pool.py [--workers 3] [--rounds 100] [--gpus 2]
 """
+
 import argparse
 import multiprocessing
 import pathlib
@@ -69,13 +70,17 @@ def main():
     folder = tempfile.mkdtemp(prefix="jdl-pool-bench-")
 
     in_memory, locked_file = request_cost(f"{folder}/cost.json", args.gpus, args.cycles)
-    print(f"submit + release: in-memory GangPool {in_memory * 1e6:.0f} us, embedded pool (lock, read, write) "
-          f"{locked_file * 1e6:.0f} us ({locked_file / in_memory:.0f}x; per job, not per step)")
+    print(
+        f"submit + release: in-memory GangPool {in_memory * 1e6:.0f} us, embedded pool (lock, read, write) "
+        f"{locked_file * 1e6:.0f} us ({locked_file / in_memory:.0f}x; per job, not per step)"
+    )
 
     state_file = f"{folder}/contended.json"
     out = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=worker, args=(state_file, args.gpus, args.rounds, args.hold, out))
-             for _ in range(args.workers)]
+    procs = [
+        multiprocessing.Process(target=worker, args=(state_file, args.gpus, args.rounds, args.hold, out))
+        for _ in range(args.workers)
+    ]
     started = time.perf_counter()
     for proc in procs:
         proc.start()
@@ -84,22 +89,36 @@ def main():
         proc.join()
     wall = time.perf_counter() - started
     spans = sorted(span for spans in per_worker for span in spans)
-    double_grants = sum(1 for i, a in enumerate(spans) for b in spans[i + 1:]
-                        if b[0] < a[1] and set(a[2]) & set(b[2]))
+    double_grants = sum(1 for i, a in enumerate(spans) for b in spans[i + 1 :] if b[0] < a[1] and set(a[2]) & set(b[2]))
     handoffs = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
-    print(f"{args.workers} processes x {args.rounds} turns on all {args.gpus} GPUs: {len(spans)} grants in "
-          f"{wall:.1f} s; double grants {double_grants} (must be 0); every worker served: "
-          f"{all(len(s) == args.rounds for s in per_worker)}")
-    print(f"hand-off (release to next grant): median {statistics.median(handoffs) * 1e3:.1f} ms, "
-          f"p95 {sorted(handoffs)[int(0.95 * len(handoffs))] * 1e3:.1f} ms, max {max(handoffs) * 1e3:.1f} ms "
-          f"(waiters poll every 10 ms here; jobs poll every 1 s)")
+    print(
+        f"{args.workers} processes x {args.rounds} turns on all {args.gpus} GPUs: {len(spans)} grants in "
+        f"{wall:.1f} s; double grants {double_grants} (must be 0); every worker served: "
+        f"{all(len(s) == args.rounds for s in per_worker)}"
+    )
+    print(
+        f"hand-off (release to next grant): median {statistics.median(handoffs) * 1e3:.1f} ms, "
+        f"p95 {sorted(handoffs)[int(0.95 * len(handoffs))] * 1e3:.1f} ms, max {max(handoffs) * 1e3:.1f} ms "
+        f"(waiters poll every 10 ms here; jobs poll every 1 s)"
+    )
     load_after = _common.print_load(load_before)
-    _common.write_results(HERE / "results" / "local_pool.json",
-                          {"in_memory_us": in_memory * 1e6, "embedded_us": locked_file * 1e6,
-                           "ratio": locked_file / in_memory, "grants": len(spans), "double_grants": double_grants,
-                           "handoff_median_ms": statistics.median(handoffs) * 1e3, "handoff_max_ms":
-                           max(handoffs) * 1e3, "args": vars(args)},
-                          t_start, load_before, load_after, ())
+    _common.write_results(
+        HERE / "results" / "local_pool.json",
+        {
+            "in_memory_us": in_memory * 1e6,
+            "embedded_us": locked_file * 1e6,
+            "ratio": locked_file / in_memory,
+            "grants": len(spans),
+            "double_grants": double_grants,
+            "handoff_median_ms": statistics.median(handoffs) * 1e3,
+            "handoff_max_ms": max(handoffs) * 1e3,
+            "args": vars(args),
+        },
+        t_start,
+        load_before,
+        load_after,
+        (),
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ ratio is max(suggested/best, best/suggested). Runs in one process (no cluster): 
 
     .venv/bin/python bench/lr_finder.py [--epochs 6]
 """
+
 import argparse
 import os
 import pathlib
@@ -20,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import _common  # noqa: E402
 
-GRID = [10 ** e for e in np.arange(-4.0, 0.01, 0.5)]
+GRID = [10**e for e in np.arange(-4.0, 0.01, 0.5)]
 
 
 def digits():
@@ -46,28 +47,41 @@ def tasks():
 
     def mlp_adam():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(10, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input((64,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
         model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
         return model
 
     def cnn_sgd():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Reshape((8, 8, 1)),
-                                  keras.layers.Conv2D(16, 3, activation="relu"), keras.layers.Flatten(),
-                                  keras.layers.Dense(10, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input((64,)),
+                keras.layers.Reshape((8, 8, 1)),
+                keras.layers.Conv2D(16, 3, activation="relu"),
+                keras.layers.Flatten(),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
         model.compile(keras.optimizers.SGD(1e-2, momentum=0.9), "sparse_categorical_crossentropy")
         return model
 
     def regression_adam():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(32, activation="relu"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
         model.compile(keras.optimizers.Adam(1e-3), "mse")
         return model
 
-    return [("digits MLP, Adam", mlp_adam, digits), ("digits CNN, SGD+momentum", cnn_sgd, digits),
-            ("regression MLP, Adam", regression_adam, regression)]
+    return [
+        ("digits MLP, Adam", mlp_adam, digits),
+        ("digits CNN, SGD+momentum", cnn_sgd, digits),
+        ("regression MLP, Adam", regression_adam, regression),
+    ]
 
 
 def grid_search(build, x, y, epochs, batch_size):
@@ -101,16 +115,35 @@ def main():
         found = lr_find(build(), x[:split], y[:split], batch_size=args.batch_size, n=1, show=False)
         finder_s = time.perf_counter() - t0
         ratio = max(found.suggestion / best, best / found.suggestion)
-        rows.append({"task": name, "grid_best_lr": best, "suggested_lr": found.suggestion, "ratio": ratio,
-                     "finder_s": finder_s, "finder_steps": len(found.lrs), "grid_val_loss": losses})
-        print(f"{name:<28} grid best {best:9.3g}  suggested {found.suggestion:9.3g}  ratio {ratio:4.2f}x  "
-              f"({len(found.lrs)} steps, {finder_s:.1f}s)", flush=True)
+        rows.append(
+            {
+                "task": name,
+                "grid_best_lr": best,
+                "suggested_lr": found.suggestion,
+                "ratio": ratio,
+                "finder_s": finder_s,
+                "finder_steps": len(found.lrs),
+                "grid_val_loss": losses,
+            }
+        )
+        print(
+            f"{name:<28} grid best {best:9.3g}  suggested {found.suggestion:9.3g}  ratio {ratio:4.2f}x  "
+            f"({len(found.lrs)} steps, {finder_s:.1f}s)",
+            flush=True,
+        )
     worst = max(r["ratio"] for r in rows)
-    print(f"target: within 2x of the grid's best on every task -> worst {worst:.2f}x: "
-          f"{'MET' if worst <= 2 else 'MISSED'}")
+    print(
+        f"target: within 2x of the grid's best on every task -> worst {worst:.2f}x: {'MET' if worst <= 2 else 'MISSED'}"
+    )
     load_after = _common.print_load(load_before)
-    _common.write_results(HERE / "results" / "lr_finder.json", {"grid": GRID, "epochs": args.epochs, "tasks": rows},
-                          t_start, load_before, load_after, ("tensorflow", "keras"))
+    _common.write_results(
+        HERE / "results" / "lr_finder.json",
+        {"grid": GRID, "epochs": args.epochs, "tasks": rows},
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras"),
+    )
 
 
 if __name__ == "__main__":

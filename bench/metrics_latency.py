@@ -15,6 +15,7 @@ Results go to bench/results/metrics_latency.json.
 
     .venv/bin/python bench/metrics_latency.py [--runs 2] [--epochs 12] [--tile 8]
 """
+
 import argparse
 import os
 import statistics
@@ -29,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "metrics_latency.json"
 TARGET_P95_S = 0.250
 
-CELL = '''\
+CELL = """\
 import keras
 
 model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
@@ -38,7 +39,7 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=
 history = model.fit(x_train, y_train, batch_size=32, epochs=EPOCHS, verbose=0)
 final_loss = float(history.history["loss"][-1])
 del model, history
-'''
+"""
 
 
 def load_data(tile):
@@ -60,9 +61,14 @@ def quantile(values, q):
 
 
 def stats_ms(values):
-    return {"count": len(values), "p50_ms": 1e3 * quantile(values, 0.50), "p95_ms": 1e3 * quantile(values, 0.95),
-            "p99_ms": 1e3 * quantile(values, 0.99), "max_ms": 1e3 * max(values),
-            "mean_ms": 1e3 * statistics.fmean(values)}
+    return {
+        "count": len(values),
+        "p50_ms": 1e3 * quantile(values, 0.50),
+        "p95_ms": 1e3 * quantile(values, 0.95),
+        "p99_ms": 1e3 * quantile(values, 0.99),
+        "max_ms": 1e3 * max(values),
+        "mean_ms": 1e3 * statistics.fmean(values),
+    }
 
 
 def main():
@@ -81,8 +87,9 @@ def main():
     try:
         t0 = time.perf_counter()
         # Warm-up: starts the cluster, imports TF and ships the data, so the measured runs are steady ones.
-        jupyter_dl.distribute(CELL, n=2, namespace={"x_train": x, "y_train": y, "EPOCHS": 1},
-                              stream_metrics=True, plot=True)
+        jupyter_dl.distribute(
+            CELL, n=2, namespace={"x_train": x, "y_train": y, "EPOCHS": 1}, stream_metrics=True, plot=True
+        )
         print(f"  warm-up (cluster start included): {time.perf_counter() - t0:.1f} s", flush=True)
         for i in range(args.runs):
             ns = {"x_train": x, "y_train": y, "EPOCHS": args.epochs}
@@ -95,18 +102,27 @@ def main():
             drawn += d
             seen += s
             worst = max(range(len(d)), key=d.__getitem__)
-            run = {"wall_s": wall, "run_s": res.job.timings.get("run_s"), "batches": len(s),
-                   "figure_over_target": sum(v > TARGET_P95_S for v in d),
-                   "worst_figure_batch": {"index": worst, "of": len(d), "ms": 1e3 * d[worst]},
-                   "figure_updated": stats_ms(d), "kernel_saw": stats_ms(s), "load1": os.getloadavg()[0],
-                   "final_loss": ns.get("final_loss")}
+            run = {
+                "wall_s": wall,
+                "run_s": res.job.timings.get("run_s"),
+                "batches": len(s),
+                "figure_over_target": sum(v > TARGET_P95_S for v in d),
+                "worst_figure_batch": {"index": worst, "of": len(d), "ms": 1e3 * d[worst]},
+                "figure_updated": stats_ms(d),
+                "kernel_saw": stats_ms(s),
+                "load1": os.getloadavg()[0],
+                "final_loss": ns.get("final_loss"),
+            }
             runs.append(run)
-            print(f"  run {i + 1}: {len(s)} batches in {wall:.1f} s; figure updated p50 "
-                  f"{run['figure_updated']['p50_ms']:.0f} / p95 {run['figure_updated']['p95_ms']:.0f} ms, kernel "
-                  f"saw p50 {run['kernel_saw']['p50_ms']:.0f} / p95 {run['kernel_saw']['p95_ms']:.0f} ms; "
-                  f"{run['figure_over_target']} batches over {1e3 * TARGET_P95_S:.0f} ms, worst "
-                  f"{run['worst_figure_batch']['ms']:.0f} ms (batch {worst + 1} of {len(d)}); "
-                  f"load {run['load1']:.2f}", flush=True)
+            print(
+                f"  run {i + 1}: {len(s)} batches in {wall:.1f} s; figure updated p50 "
+                f"{run['figure_updated']['p50_ms']:.0f} / p95 {run['figure_updated']['p95_ms']:.0f} ms, kernel "
+                f"saw p50 {run['kernel_saw']['p50_ms']:.0f} / p95 {run['kernel_saw']['p95_ms']:.0f} ms; "
+                f"{run['figure_over_target']} batches over {1e3 * TARGET_P95_S:.0f} ms, worst "
+                f"{run['worst_figure_batch']['ms']:.0f} ms (batch {worst + 1} of {len(d)}); "
+                f"load {run['load1']:.2f}",
+                flush=True,
+            )
     finally:
         jupyter_dl.shutdown()
 
@@ -120,24 +136,46 @@ def main():
     if extra is not None:
         rows.append(("  of which view throttle", extra))
     for label, st in rows:
-        print(f"{label:34s} {st['p50_ms']:6.0f} {st['p95_ms']:6.0f} {st['p99_ms']:6.0f} {st['max_ms']:6.0f} "
-              f"{st['mean_ms']:6.0f}")
-    print(f"target: figure updated p95 <= {1e3 * TARGET_P95_S:.0f} ms: {'PASS' if passed else 'FAIL'} "
-          f"({fig['p95_ms']:.0f} ms)")
+        print(
+            f"{label:34s} {st['p50_ms']:6.0f} {st['p95_ms']:6.0f} {st['p99_ms']:6.0f} {st['max_ms']:6.0f} "
+            f"{st['mean_ms']:6.0f}"
+        )
+    print(
+        f"target: figure updated p95 <= {1e3 * TARGET_P95_S:.0f} ms: {'PASS' if passed else 'FAIL'} "
+        f"({fig['p95_ms']:.0f} ms)"
+    )
     load_after = [_common.print_load(load_before[0])]
 
     from jupyter_dl.launcher import Launcher
     from jupyter_dl.live.view import LiveView
     from jupyter_dl.runtime import live
 
-    _common.write_results(RESULTS, {
-        "figure_updated": fig, "kernel_saw": ker, "view_throttle": extra,
-        "target_p95_ms": 1e3 * TARGET_P95_S, "target_met": passed, "runs": runs,
-        "config": {"runs": args.runs, "epochs": args.epochs, "tile": args.tile, "samples": len(x), "batch_size": 32,
-                   "n": 2, "engine_flush_interval_s": live.FLUSH_INTERVAL,
-                   "kernel_poll_interval_s": Launcher.poll_interval.default_value,
-                   "view_refresh_interval_s": LiveView().refresh_interval},
-    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"))
+    _common.write_results(
+        RESULTS,
+        {
+            "figure_updated": fig,
+            "kernel_saw": ker,
+            "view_throttle": extra,
+            "target_p95_ms": 1e3 * TARGET_P95_S,
+            "target_met": passed,
+            "runs": runs,
+            "config": {
+                "runs": args.runs,
+                "epochs": args.epochs,
+                "tile": args.tile,
+                "samples": len(x),
+                "batch_size": 32,
+                "n": 2,
+                "engine_flush_interval_s": live.FLUSH_INTERVAL,
+                "kernel_poll_interval_s": Launcher.poll_interval.default_value,
+                "view_refresh_interval_s": LiveView().refresh_interval,
+            },
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras", "horovod", "ipyparallel", "plotly", "jupyter_dl"),
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ with/without of the medians and the median of the per-pair ratios, and the slowd
 
     .venv/bin/python bench/metrics_overhead.py [--pairs 6] [--epochs 3] [--tile 8]
 """
+
 import argparse
 import math
 import os
@@ -41,7 +42,7 @@ TARGET_SLOWDOWN = 0.01  # at most 1% slower with the streaming callback
 
 # An unchanged single-process Keras cell plus its own timing (x_train, y_train, EPOCHS come from the namespace).
 # The epoch-end stamps are a callback present in both arms, so it does not bias the comparison.
-CELL = '''\
+CELL = """\
 import time
 import keras
 
@@ -59,7 +60,7 @@ epoch_s = [b - a for a, b in zip([t0] + epoch_ends[:-1], epoch_ends)]
 samples_per_epoch = (len(x_train) // 2) * 2      # what the 2 ranks train on together (shards cut to equal length)
 samples = EPOCHS * samples_per_epoch
 del model, stamp                                 # nothing big to send back
-'''
+"""
 
 
 def load_data(tile):
@@ -81,14 +82,22 @@ def one_run(jupyter_dl, x, y, epochs, stream):
     steady_samples = ns["samples_per_epoch"] * (len(epoch_s) - 1)
     best_epoch_s = min(epoch_s[1:])
     steps = len(epoch_s) * math.ceil(ns["samples_per_epoch"] // 2 / 32)  # batches per rank
-    return {"stream_metrics": stream, "fit_s": ns["fit_s"], "samples": ns["samples"],
-            "samples_per_s": ns["samples"] / ns["fit_s"], "epoch_s": epoch_s,
-            "steady_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
-            "best_epoch_samples_per_s": ns["samples_per_epoch"] / best_epoch_s,
-            "fit_cpu_s": ns["fit_cpu_s"], "steps": steps,
-            "cpu_us_per_batch": 1e6 * ns["fit_cpu_s"] / steps,
-            "wall_s": wall, "run_s": res.job.timings.get("run_s"),
-            "batches_streamed": len(res.state.latencies), "load1": os.getloadavg()[0]}
+    return {
+        "stream_metrics": stream,
+        "fit_s": ns["fit_s"],
+        "samples": ns["samples"],
+        "samples_per_s": ns["samples"] / ns["fit_s"],
+        "epoch_s": epoch_s,
+        "steady_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
+        "best_epoch_samples_per_s": ns["samples_per_epoch"] / best_epoch_s,
+        "fit_cpu_s": ns["fit_cpu_s"],
+        "steps": steps,
+        "cpu_us_per_batch": 1e6 * ns["fit_cpu_s"] / steps,
+        "wall_s": wall,
+        "run_s": res.job.timings.get("run_s"),
+        "batches_streamed": len(res.state.latencies),
+        "load1": os.getloadavg()[0],
+    }
 
 
 def callback_cost(batches, batch_s, samples_per_epoch):
@@ -117,27 +126,44 @@ def callback_cost(batches, batch_s, samples_per_epoch):
     flushes = cb._seq
     cb.on_epoch_end(0, logs)
     cb.on_train_end()
-    return {"batches": batches, "flushes": flushes, "wall_s_per_batch": wall / batches,
-            "cpu_s_per_batch": cpu / batches,
-            "flush_call_s": sum(flush_wall) / max(len(flush_wall), 1),    # a batch end that also published
-            "plain_call_s": sum(plain_wall) / max(len(plain_wall), 1)}    # a batch end that only buffered
+    return {
+        "batches": batches,
+        "flushes": flushes,
+        "wall_s_per_batch": wall / batches,
+        "cpu_s_per_batch": cpu / batches,
+        "flush_call_s": sum(flush_wall) / max(len(flush_wall), 1),  # a batch end that also published
+        "plain_call_s": sum(plain_wall) / max(len(plain_wall), 1),
+    }  # a batch end that only buffered
 
 
 def summarize(runs, key):
     on = [r[key] for r in runs if r["stream_metrics"]]
     off = [r[key] for r in runs if not r["stream_metrics"]]
     med_on, med_off = statistics.median(on), statistics.median(off)
-    return {"on": on, "off": off, "median_on": med_on, "median_off": med_off,
-            "min_on": min(on), "max_on": max(on), "min_off": min(off), "max_off": max(off),
-            "ratio": med_on / med_off, "slowdown": 1 - med_on / med_off}
+    return {
+        "on": on,
+        "off": off,
+        "median_on": med_on,
+        "median_off": med_off,
+        "min_on": min(on),
+        "max_on": max(on),
+        "min_off": min(off),
+        "max_off": max(off),
+        "ratio": med_on / med_off,
+        "slowdown": 1 - med_on / med_off,
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=6, help="runs each way, interleaved in pairs (default 6)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per fit (default 3)")
-    parser.add_argument("--direct-batches", type=int, default=1500,
-                        help="batches for the direct measurement of the callback alone (0: skip; default 1500)")
+    parser.add_argument(
+        "--direct-batches",
+        type=int,
+        default=1500,
+        help="batches for the direct measurement of the callback alone (0: skip; default 1500)",
+    )
     parser.add_argument("--tile", type=int, default=8, help="copies of the 1797 digits (default 8: 14376 samples)")
     args = parser.parse_args()
     if args.epochs < 2:
@@ -152,8 +178,11 @@ def main():
     try:
         t0 = time.perf_counter()
         warm = one_run(jupyter_dl, x, y, args.epochs, True)  # starts the cluster, imports TF, ships the data
-        print(f"  warm-up (cluster start included): {time.perf_counter() - t0:.1f} s, "
-              f"{warm['samples_per_s']:,.0f} samples/s", flush=True)
+        print(
+            f"  warm-up (cluster start included): {time.perf_counter() - t0:.1f} s, "
+            f"{warm['samples_per_s']:,.0f} samples/s",
+            flush=True,
+        )
         for i in range(args.pairs):
             order = (True, False) if i % 2 == 0 else (False, True)
             pair = {}
@@ -161,9 +190,12 @@ def main():
                 r = one_run(jupyter_dl, x, y, args.epochs, stream)
                 runs.append(r)
                 pair[stream] = r
-                print(f"  pair {i + 1} {'with   ' if stream else 'without'}: fit {r['fit_s']:.2f} s, "
-                      f"{r['samples_per_s']:8,.0f} samples/s (steady {r['steady_samples_per_s']:8,.0f}), "
-                      f"{r['batches_streamed']} batches streamed, load {r['load1']:.2f}", flush=True)
+                print(
+                    f"  pair {i + 1} {'with   ' if stream else 'without'}: fit {r['fit_s']:.2f} s, "
+                    f"{r['samples_per_s']:8,.0f} samples/s (steady {r['steady_samples_per_s']:8,.0f}), "
+                    f"{r['batches_streamed']} batches streamed, load {r['load1']:.2f}",
+                    flush=True,
+                )
             pair_ratios.append(pair[True]["samples_per_s"] / pair[False]["samples_per_s"])
             pair_ratios_steady.append(pair[True]["steady_samples_per_s"] / pair[False]["steady_samples_per_s"])
         direct = None
@@ -172,8 +204,9 @@ def main():
             best_off = max(r["best_epoch_samples_per_s"] for r in runs if not r["stream_metrics"])
             batch_s = 64 / best_off  # 2 ranks x 32 samples per step
             try:
-                direct = jupyter_dl.distribute(callback_cost, n=2, args=(args.direct_batches, batch_s, len(x) // 2),
-                                               plot=False)
+                direct = jupyter_dl.distribute(
+                    callback_cost, n=2, args=(args.direct_batches, batch_s, len(x) // 2), plot=False
+                )
                 direct.update(batch_s=batch_s, est_slowdown=direct["wall_s_per_batch"] / batch_s)
             except Exception as exc:  # keep the fit comparison even if this extra measurement fails
                 print(f"  direct measurement of the callback failed: {type(exc).__name__}: {exc}", flush=True)
@@ -192,41 +225,77 @@ def main():
 
     print()
     print(f"samples/s, median of {args.pairs} runs each ({args.epochs} epochs of {len(x)} samples, batch 32, n=2)")
-    print(f"{'':27s} {'with':>8s} {'without':>8s} {'ratio':>6s} {'slowdown':>8s} {'pair-ratio':>10s}  "
-          f"spread with / without (min..max)")
+    print(
+        f"{'':27s} {'with':>8s} {'without':>8s} {'ratio':>6s} {'slowdown':>8s} {'pair-ratio':>10s}  "
+        f"spread with / without (min..max)"
+    )
     for label, s in (("whole fit", fit), ("steady (epochs 2..)", steady)):
-        print(f"{label:27s} {s['median_on']:8,.0f} {s['median_off']:8,.0f} {s['ratio']:6.3f} "
-              f"{100 * s['slowdown']:7.1f}% {s['median_pair_ratio']:10.3f}  "
-              f"{s['min_on']:,.0f}..{s['max_on']:,.0f} / {s['min_off']:,.0f}..{s['max_off']:,.0f}")
-    print(f"{'fastest epoch (best of all)':27s} {best['best_on']:8,.0f} {best['best_off']:8,.0f} "
-          f"{best['best_on'] / best['best_off']:6.3f} {100 * (1 - best['best_on'] / best['best_off']):7.1f}%"
-          f"{'':12s}least disturbed by other load")
-    print(f"rank-0 Python-thread CPU per batch (us): with {cpu['median_on']:.0f}, without {cpu['median_off']:.0f}, "
-          f"difference {cpu['median_on'] - cpu['median_off']:+.0f} us/batch "
-          f"({100 * (cpu['median_on'] / cpu['median_off'] - 1):+.1f}%)")
+        print(
+            f"{label:27s} {s['median_on']:8,.0f} {s['median_off']:8,.0f} {s['ratio']:6.3f} "
+            f"{100 * s['slowdown']:7.1f}% {s['median_pair_ratio']:10.3f}  "
+            f"{s['min_on']:,.0f}..{s['max_on']:,.0f} / {s['min_off']:,.0f}..{s['max_off']:,.0f}"
+        )
+    print(
+        f"{'fastest epoch (best of all)':27s} {best['best_on']:8,.0f} {best['best_off']:8,.0f} "
+        f"{best['best_on'] / best['best_off']:6.3f} {100 * (1 - best['best_on'] / best['best_off']):7.1f}%"
+        f"{'':12s}least disturbed by other load"
+    )
+    print(
+        f"rank-0 Python-thread CPU per batch (us): with {cpu['median_on']:.0f}, without {cpu['median_off']:.0f}, "
+        f"difference {cpu['median_on'] - cpu['median_off']:+.0f} us/batch "
+        f"({100 * (cpu['median_on'] / cpu['median_off'] - 1):+.1f}%)"
+    )
     if direct is not None:
-        print(f"callback alone on an engine ({direct['batches']} batches, {direct['flushes']} flushes, one batch "
-              f"per {1e3 * direct['batch_s']:.1f} ms): {1e6 * direct['wall_s_per_batch']:.1f} us/batch wall, "
-              f"{1e6 * direct['cpu_s_per_batch']:.1f} us CPU -> {100 * direct['est_slowdown']:.2f}% of a batch; "
-              f"a buffering call {1e6 * direct['plain_call_s']:.0f} us, a publishing one "
-              f"{1e6 * direct['flush_call_s']:.0f} us")
+        print(
+            f"callback alone on an engine ({direct['batches']} batches, {direct['flushes']} flushes, one batch "
+            f"per {1e3 * direct['batch_s']:.1f} ms): {1e6 * direct['wall_s_per_batch']:.1f} us/batch wall, "
+            f"{1e6 * direct['cpu_s_per_batch']:.1f} us CPU -> {100 * direct['est_slowdown']:.2f}% of a batch; "
+            f"a buffering call {1e6 * direct['plain_call_s']:.0f} us, a publishing one "
+            f"{1e6 * direct['flush_call_s']:.0f} us"
+        )
     noise = max((s["max_off"] - s["min_off"]) / s["median_off"] for s in (fit, steady))
-    print(f"target: at most {100 * TARGET_SLOWDOWN:.0f}% slower (whole fit, medians): "
-          f"{'PASS' if passed else 'FAIL'} ({100 * fit['slowdown']:+.1f}%)")
+    print(
+        f"target: at most {100 * TARGET_SLOWDOWN:.0f}% slower (whole fit, medians): "
+        f"{'PASS' if passed else 'FAIL'} ({100 * fit['slowdown']:+.1f}%)"
+    )
     if noise > 2 * TARGET_SLOWDOWN:
-        print(f"note: run-to-run spread without streaming is {100 * noise:.0f}% of the median, larger than the "
-              f"{100 * TARGET_SLOWDOWN:.0f}% target; the verdict is within noise (use --pairs, a quiet machine)")
+        print(
+            f"note: run-to-run spread without streaming is {100 * noise:.0f}% of the median, larger than the "
+            f"{100 * TARGET_SLOWDOWN:.0f}% target; the verdict is within noise (use --pairs, a quiet machine)"
+        )
     load_after = [_common.print_load(load_before[0])]
 
-    _common.write_results(RESULTS, {
-        "samples_per_s_with": fit["median_on"], "samples_per_s_without": fit["median_off"],
-        "ratio_with_over_without": fit["ratio"], "slowdown": fit["slowdown"],
-        "target_slowdown": TARGET_SLOWDOWN, "target_met": passed,
-        "whole_fit": fit, "steady": steady, "fastest_epoch": best,
-        "rank0_thread_cpu_us_per_batch": cpu, "callback_alone": direct, "warmup": warm, "runs": runs,
-        "config": {"pairs": args.pairs, "epochs": args.epochs, "tile": args.tile, "samples": len(x),
-                   "batch_size": 32, "n": 2, "plot": False},
-    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
+    _common.write_results(
+        RESULTS,
+        {
+            "samples_per_s_with": fit["median_on"],
+            "samples_per_s_without": fit["median_off"],
+            "ratio_with_over_without": fit["ratio"],
+            "slowdown": fit["slowdown"],
+            "target_slowdown": TARGET_SLOWDOWN,
+            "target_met": passed,
+            "whole_fit": fit,
+            "steady": steady,
+            "fastest_epoch": best,
+            "rank0_thread_cpu_us_per_batch": cpu,
+            "callback_alone": direct,
+            "warmup": warm,
+            "runs": runs,
+            "config": {
+                "pairs": args.pairs,
+                "epochs": args.epochs,
+                "tile": args.tile,
+                "samples": len(x),
+                "batch_size": 32,
+                "n": 2,
+                "plot": False,
+            },
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"),
+    )
 
 
 if __name__ == "__main__":

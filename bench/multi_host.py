@@ -10,6 +10,7 @@ machines would gain. Needs root (namespaces).
 
     .venv/bin/python bench/multi_host.py [--mb 64] [--repeats 5] [--epochs 3]
 """
+
 import argparse
 import os
 import pathlib
@@ -71,12 +72,20 @@ history = model.fit(x_train, y_train, epochs=EPOCHS, batch_size=32, verbose=0)
 def tcp_seconds(mb, repeats):
     """Seconds per transfer of `mb` MiB from host a to host b over one TCP connection, each of `repeats` tries."""
     (_, host_a, _, _), (ns_b, host_b, _, address_b) = HOSTS
-    sink = subprocess.Popen(netns.in_host(ns_b, host_b, [sys.executable, "-c", TCP_SINK, address_b, str(TCP_PORT),
-                                                        str(repeats)]), stdout=subprocess.PIPE, text=True)
+    sink = subprocess.Popen(
+        netns.in_host(ns_b, host_b, [sys.executable, "-c", TCP_SINK, address_b, str(TCP_PORT), str(repeats)]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert sink.stdout.readline().strip() == "ready"
-        source = netns.sh(*netns.in_host(HOSTS[0][0], host_a, [sys.executable, "-c", TCP_SOURCE, address_b,
-                                                                str(TCP_PORT), str(mb << 20), str(repeats)]))
+        source = netns.sh(
+            *netns.in_host(
+                HOSTS[0][0],
+                host_a,
+                [sys.executable, "-c", TCP_SOURCE, address_b, str(TCP_PORT), str(mb << 20), str(repeats)],
+            )
+        )
         return [float(line) for line in source.stdout.split()]
     finally:
         sink.wait(30)
@@ -107,11 +116,17 @@ class Namespaces:
         import ipyparallel as ipp
 
         self.logs = open(os.path.join(workdir, "engines.log"), "w")
-        self.cluster = ipp.Cluster(n=0, controller_ip=KERNEL_ADDRESS, controller_location=KERNEL_ADDRESS,
-                                   log_level=40, cluster_id=f"jdl-bench-multihost-{os.getpid()}")
+        self.cluster = ipp.Cluster(
+            n=0,
+            controller_ip=KERNEL_ADDRESS,
+            controller_location=KERNEL_ADDRESS,
+            log_level=40,
+            cluster_id=f"jdl-bench-multihost-{os.getpid()}",
+        )
         self.cluster.start_controller_sync()
-        self.engine_file = os.path.join(self.cluster.profile_dir, "security",
-                                        f"ipcontroller-{self.cluster.cluster_id}-engine.json")
+        self.engine_file = os.path.join(
+            self.cluster.profile_dir, "security", f"ipcontroller-{self.cluster.cluster_id}-engine.json"
+        )
         self.client = self.cluster.connect_client_sync()
         self.engines = []
 
@@ -178,8 +193,9 @@ def main():
         from jupyter_dl.launcher import FunctionWork
         from jupyter_dl.options import RunOptions
 
-        per_rank = session.launcher.run(FunctionWork(allreduce_seconds, (args.mb, args.repeats), all_ranks=True),
-                                        RunOptions(n=2)).results
+        per_rank = session.launcher.run(
+            FunctionWork(allreduce_seconds, (args.mb, args.repeats), all_ranks=True), RunOptions(n=2)
+        ).results
         allreduce = [max(times) for times in zip(*per_rank)]  # an allreduce ends when its slowest rank has it
         data = digits()
         two_hosts, hosts_2x1 = job_seconds(session, data, args.epochs)
@@ -197,19 +213,36 @@ def main():
     tcp_best, allreduce_best = min(tcp), min(allreduce)
     tcp_mibps, gloo_mibps = mib / tcp_best, mib / allreduce_best  # gloo: bus bandwidth, 2(n-1)/n = 1 for 2 ranks
     print(f"plain TCP, host a -> host b over the veths: {tcp_mibps:8.0f} MiB/s  (best of {args.repeats} x {mib} MiB)")
-    print(f"gloo allreduce, 1 rank per host:           {gloo_mibps:8.0f} MiB/s bus bandwidth "
-          f"(best of {args.repeats} x {mib} MiB; {allreduce_best * 1000:.0f} ms each)")
+    print(
+        f"gloo allreduce, 1 rank per host:           {gloo_mibps:8.0f} MiB/s bus bandwidth "
+        f"(best of {args.repeats} x {mib} MiB; {allreduce_best * 1000:.0f} ms each)"
+    )
     print(f"gloo / TCP: {gloo_mibps / tcp_mibps:.2f}")
-    print(f"small job (digits, {args.epochs} epochs, 2 ranks): 2 hosts x 1 rank {two_hosts:.1f}s, "
-          f"1 host x 2 ranks {one_host:.1f}s; 2 hosts / 1 host: {two_hosts / one_host:.2f}")
+    print(
+        f"small job (digits, {args.epochs} epochs, 2 ranks): 2 hosts x 1 rank {two_hosts:.1f}s, "
+        f"1 host x 2 ranks {one_host:.1f}s; 2 hosts / 1 host: {two_hosts / one_host:.2f}"
+    )
     load_after = _common.print_load(load_before)
-    _common.write_results(HERE / "results" / "multi_host.json",
-                          {"mib": mib, "repeats": args.repeats, "tcp_s": tcp, "allreduce_s": allreduce,
-                           "tcp_mib_per_s": tcp_mibps, "gloo_bus_mib_per_s": gloo_mibps,
-                           "gloo_over_tcp": gloo_mibps / tcp_mibps, "epochs": args.epochs,
-                           "job_2_hosts_x_1_rank_s": two_hosts, "job_1_host_x_2_ranks_s": one_host,
-                           "two_hosts_over_one_host": two_hosts / one_host},
-                          t_start, load_before, load_after, ("horovod", "tensorflow", "ipyparallel"))
+    _common.write_results(
+        HERE / "results" / "multi_host.json",
+        {
+            "mib": mib,
+            "repeats": args.repeats,
+            "tcp_s": tcp,
+            "allreduce_s": allreduce,
+            "tcp_mib_per_s": tcp_mibps,
+            "gloo_bus_mib_per_s": gloo_mibps,
+            "gloo_over_tcp": gloo_mibps / tcp_mibps,
+            "epochs": args.epochs,
+            "job_2_hosts_x_1_rank_s": two_hosts,
+            "job_1_host_x_2_ranks_s": one_host,
+            "two_hosts_over_one_host": two_hosts / one_host,
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("horovod", "tensorflow", "ipyparallel"),
+    )
 
 
 if __name__ == "__main__":

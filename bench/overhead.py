@@ -10,6 +10,7 @@ fresh Python process per cold run (so no cluster exists when (b) starts); (c) ru
 
     .venv/bin/python bench/overhead.py [--repeats 3] [--cold-runs 2]
 """
+
 import argparse
 import json
 import os
@@ -30,16 +31,17 @@ TARGET = 0.3
 MARK = "BENCH_RESULT "
 
 # The job: an unchanged single-process Keras cell (x_train, y_train come from the notebook).
-CELL = '''\
+CELL = """\
 import keras
 model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
                           keras.layers.Dense(10, activation="softmax")])
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 history = model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0)
-'''
+"""
 
 # The same job written for horovodrun by hand: what a user has to write and run today.
-SCRIPT = '''\
+SCRIPT = (
+    '''\
 import json, time
 t0 = time.perf_counter()
 import horovod.tensorflow as hvd
@@ -68,10 +70,13 @@ model.compile(optimizer=AveragingAdam(), loss="sparse_categorical_crossentropy",
 for i, v in enumerate(model.variables):
     v.assign(hvd.broadcast(v.value, 0, name=f"b{i}"))
 history = model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0)
-print("''' + MARK + '''" + json.dumps({"rank": hvd.rank(), "import_s": t_import,
+print("'''
+    + MARK
+    + """" + json.dumps({"rank": hvd.rank(), "import_s": t_import,
                                        "total_s": time.perf_counter() - t0,
                                        "accuracy": float(history.history["accuracy"][-1])}), flush=True)
-'''
+"""
+)
 
 
 def load_data():
@@ -109,11 +114,16 @@ def worker(out: Path, warm_runs: int):
         res = jupyter_dl.distribute(CELL, n=2, namespace=namespace)
         wall = time.perf_counter() - t0
         timings = dict(res.job.timings)
-        return {"wall_s": wall, "accuracy": float(namespace["history"].history["accuracy"][-1]),
-                "cluster_s": timings.get("cluster_s"), "ship_s": timings.get("ship_s"),
-                "run_s": timings.get("run_s"), "shipped": timings.get("shipped"),
-                "rank_run_s": [r.get("run_s") for r in timings.get("ranks") or [] if r],
-                "rank_init_s": [r.get("init_s") for r in timings.get("ranks") or [] if r]}
+        return {
+            "wall_s": wall,
+            "accuracy": float(namespace["history"].history["accuracy"][-1]),
+            "cluster_s": timings.get("cluster_s"),
+            "ship_s": timings.get("ship_s"),
+            "run_s": timings.get("run_s"),
+            "shipped": timings.get("shipped"),
+            "rank_run_s": [r.get("run_s") for r in timings.get("ranks") or [] if r],
+            "rank_init_s": [r.get("init_s") for r in timings.get("ranks") or [] if r],
+        }
 
     report = {}
     try:
@@ -165,8 +175,12 @@ def main():
             if i < args.cold_runs:
                 workers.append(run_worker(workdir, i, args.repeats, args.timeout))
                 w = workers[-1]
-                print(f"  (b) cold run {i + 1}: {w['cold']['wall_s']:.2f} s;  (c) warm: "
-                      + ", ".join(f"{r['wall_s']:.2f}" for r in w["warm"]) + " s", flush=True)
+                print(
+                    f"  (b) cold run {i + 1}: {w['cold']['wall_s']:.2f} s;  (c) warm: "
+                    + ", ".join(f"{r['wall_s']:.2f}" for r in w["warm"])
+                    + " s",
+                    flush=True,
+                )
 
     med = statistics.median
     a = med(r["wall_s"] for r in a_runs)
@@ -175,8 +189,11 @@ def main():
     c = med(r["wall_s"] for r in warm)
     rerun = med(w["rerun"]["wall_s"] for w in workers)
     a_rank = med(max(r["total_s"] for r in run["ranks"]) for run in a_runs)
-    accuracies = ([r["accuracy"] for run in a_runs for r in run["ranks"]]
-                  + [w["cold"]["accuracy"] for w in workers] + [r["accuracy"] for r in warm])
+    accuracies = (
+        [r["accuracy"] for run in a_runs for r in run["ranks"]]
+        + [w["cold"]["accuracy"] for w in workers]
+        + [r["accuracy"] for r in warm]
+    )
 
     rows = [
         ("(a) horovodrun -np 2 (script)", a, f"median of {len(a_runs)}"),
@@ -193,17 +210,32 @@ def main():
     print(f"\nwithin (a): slowest rank's own time (python start to fit end) {a_rank:.2f} s of {a:.2f} s")
     if all(r["rank_run_s"] and r["cluster_s"] is not None and r["ship_s"] is not None for r in warm):
         c_rank = med(max(r["rank_run_s"]) for r in warm)
-        print(f"within (c): slowest rank's cell time {c_rank:.2f} s of {c:.2f} s; median cluster "
-              f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
-              f"run {med(r['run_s'] for r in warm):.2f} s")
+        print(
+            f"within (c): slowest rank's cell time {c_rank:.2f} s of {c:.2f} s; median cluster "
+            f"{med(r['cluster_s'] for r in warm):.3f} s, ship {med(r['ship_s'] for r in warm):.3f} s, "
+            f"run {med(r['run_s'] for r in warm):.2f} s"
+        )
     print(f"final training accuracy over all runs: {min(accuracies):.3f} .. {max(accuracies):.3f}")
     load_after = [_common.print_load(load_before[0])]
 
-    _common.write_results(RESULTS, {
-        "a_horovodrun_s": a, "b_cold_s": b, "c_warm_s": c, "warm_rerun_same_namespace_s": rerun,
-        "b_over_a": b / a, "c_over_a": c / a, "target_c_over_a": TARGET, "target_met": c / a <= TARGET,
-        "runs": {"a": a_runs, "workers": workers},
-    }, t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"))
+    _common.write_results(
+        RESULTS,
+        {
+            "a_horovodrun_s": a,
+            "b_cold_s": b,
+            "c_warm_s": c,
+            "warm_rerun_same_namespace_s": rerun,
+            "b_over_a": b / a,
+            "c_over_a": c / a,
+            "target_c_over_a": TARGET,
+            "target_met": c / a <= TARGET,
+            "runs": {"a": a_runs, "workers": workers},
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras", "horovod", "ipyparallel", "jupyter_dl"),
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ more than --starved-after, or never started).
 
     .venv/bin/python bench/pool_trace.py [--jobs 2000] [--hosts 4] [--gpus-per-host 8] [--load 0.95]
 """
+
 import argparse
 import heapq
 import pathlib
@@ -29,13 +30,15 @@ from jupyter_dl.pool.gang import GangPool, Quota  # noqa: E402
 def make_trace(jobs, users, capacity, load, seed):
     rng = np.random.default_rng(seed)
     sizes = rng.choice([1, 2, 4, 8], size=jobs, p=[0.45, 0.25, 0.2, 0.1])
-    durations = rng.lognormal(mean=np.log(600), sigma=0.8, size=jobs)   # median 10 min
-    rate = load * capacity / float(np.mean(sizes * durations))            # arrivals per second for that load
+    durations = rng.lognormal(mean=np.log(600), sigma=0.8, size=jobs)  # median 10 min
+    rate = load * capacity / float(np.mean(sizes * durations))  # arrivals per second for that load
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=jobs))
     owners = rng.integers(0, users, size=jobs)
-    priorities = (rng.random(jobs) < 0.05).astype(int)                    # a few urgent jobs
-    return [dict(t=float(a), user=f"user{u}", gpus=int(s), duration=float(d), priority=int(p))
-            for a, u, s, d, p in zip(arrivals, owners, sizes, durations, priorities)]
+    priorities = (rng.random(jobs) < 0.05).astype(int)  # a few urgent jobs
+    return [
+        dict(t=float(a), user=f"user{u}", gpus=int(s), duration=float(d), priority=int(p))
+        for a, u, s, d, p in zip(arrivals, owners, sizes, durations, priorities)
+    ]
 
 
 class Clock:
@@ -47,8 +50,12 @@ class Clock:
 
 def simulate(trace, hosts, per_host, reserve_after, max_gpus):
     clock = Clock()
-    pool = GangPool({f"h{h}": list(range(per_host)) for h in range(hosts)}, clock=clock,
-                    default_quota=Quota(max_gpus=max_gpus), reserve_after=reserve_after)
+    pool = GangPool(
+        {f"h{h}": list(range(per_host)) for h in range(hosts)},
+        clock=clock,
+        default_quota=Quota(max_gpus=max_gpus),
+        reserve_after=reserve_after,
+    )
     capacity = hosts * per_host
     events = [(job["t"], 0, i, "arrive") for i, job in enumerate(trace)]
     heapq.heapify(events)
@@ -87,10 +94,14 @@ def simulate(trace, hosts, per_host, reserve_after, max_gpus):
         partial += len(pool.partial_holds())
         start_granted()
     end = clock.now
-    return {"waits": [waits.get(i) for i in range(len(trace))], "partial_holds": partial,
-            "allocation_while_queued": allocated_while_queued / (capacity * queued_time) if queued_time else None,
-            "allocation_overall": allocated_total / (capacity * end) if end else None,
-            "queued_fraction": queued_time / end if end else None, "makespan_s": end}
+    return {
+        "waits": [waits.get(i) for i in range(len(trace))],
+        "partial_holds": partial,
+        "allocation_while_queued": allocated_while_queued / (capacity * queued_time) if queued_time else None,
+        "allocation_overall": allocated_total / (capacity * end) if end else None,
+        "queued_fraction": queued_time / end if end else None,
+        "makespan_s": end,
+    }
 
 
 def main():
@@ -100,8 +111,12 @@ def main():
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--gpus-per-host", type=int, default=8)
     parser.add_argument("--load", type=float, default=0.95, help="offered GPU-time over pool capacity")
-    parser.add_argument("--reserve-after", type=float, default=3600.0,
-                        help="seconds a blocked job waits before GPUs are kept for it (the pool's default)")
+    parser.add_argument(
+        "--reserve-after",
+        type=float,
+        default=3600.0,
+        help="seconds a blocked job waits before GPUs are kept for it (the pool's default)",
+    )
     parser.add_argument("--max-gpus", type=int, default=16, help="per-user quota")
     parser.add_argument("--starved-after", type=float, default=6 * 3600.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -119,24 +134,43 @@ def main():
     for job, wait in zip(trace, result["waits"]):
         if wait is not None:
             by_size.setdefault(job["gpus"], []).append(wait)
-    print(f"{args.jobs} jobs from {args.users} users on {args.hosts} x {args.gpus_per_host} simulated GPUs, "
-          f"offered load {args.load:.0%}, simulated {result['makespan_s'] / 3600:.1f} h "
-          f"(replayed in {time.perf_counter() - t_start:.1f} s)")
-    print(f"GPU allocation while jobs wait: {result['allocation_while_queued']:.1%}   "
-          f"(whole run: {result['allocation_overall']:.1%}; "
-          f"a queue existed {result['queued_fraction']:.0%} of the time)")
-    print(f"queue wait: mean {statistics.mean(waits) / 60:.1f} min, p95 {p95 / 60:.1f} min; "
-          + ", ".join(f"{s}-GPU jobs mean {statistics.mean(w) / 60:.1f} min" for s, w in sorted(by_size.items())))
-    print(f"partial holds: {result['partial_holds']}   starved jobs (waited > {args.starved_after / 3600:.0f} h or "
-          f"never started): {starved}")
+    print(
+        f"{args.jobs} jobs from {args.users} users on {args.hosts} x {args.gpus_per_host} simulated GPUs, "
+        f"offered load {args.load:.0%}, simulated {result['makespan_s'] / 3600:.1f} h "
+        f"(replayed in {time.perf_counter() - t_start:.1f} s)"
+    )
+    print(
+        f"GPU allocation while jobs wait: {result['allocation_while_queued']:.1%}   "
+        f"(whole run: {result['allocation_overall']:.1%}; "
+        f"a queue existed {result['queued_fraction']:.0%} of the time)"
+    )
+    print(
+        f"queue wait: mean {statistics.mean(waits) / 60:.1f} min, p95 {p95 / 60:.1f} min; "
+        + ", ".join(f"{s}-GPU jobs mean {statistics.mean(w) / 60:.1f} min" for s, w in sorted(by_size.items()))
+    )
+    print(
+        f"partial holds: {result['partial_holds']}   starved jobs (waited > {args.starved_after / 3600:.0f} h or "
+        f"never started): {starved}"
+    )
     met = result["allocation_while_queued"] >= 0.9 and result["partial_holds"] == 0
     print(f"target: >= 90% allocation, 0 partial holds -> {'MET' if met else 'MISSED'}")
     load_after = _common.print_load(load_before)
-    _common.write_results(HERE / "results" / "pool_trace.json",
-                          {"args": vars(args), "allocation_while_queued": result["allocation_while_queued"],
-                           "allocation_overall": result["allocation_overall"], "mean_wait_s": statistics.mean(waits),
-                           "p95_wait_s": p95, "partial_holds": result["partial_holds"], "starved": starved},
-                          t_start, load_before, load_after, ())
+    _common.write_results(
+        HERE / "results" / "pool_trace.json",
+        {
+            "args": vars(args),
+            "allocation_while_queued": result["allocation_while_queued"],
+            "allocation_overall": result["allocation_overall"],
+            "mean_wait_s": statistics.mean(waits),
+            "p95_wait_s": p95,
+            "partial_holds": result["partial_holds"],
+            "starved": starved,
+        },
+        t_start,
+        load_before,
+        load_after,
+        (),
+    )
 
 
 if __name__ == "__main__":

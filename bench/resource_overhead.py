@@ -10,6 +10,7 @@ figures per setting:
 
     .venv/bin/python bench/resource_overhead.py [--rounds 3] [--steps 200]
 """
+
 import argparse
 import os
 import statistics
@@ -55,8 +56,10 @@ def main():
                 result = jupyter_dl.distribute(fit_job, n=2, args=(args.steps,), plot=False, name=f"res-{name}")
                 speed[name].append(result["samples_per_s"])
                 share[name].append(sampler_share(session.store, session.jobs.all()[-1]))
-            print(f"  round {i + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in speed.items()) + " samples/s",
-                  flush=True)
+            print(
+                f"  round {i + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in speed.items()) + " samples/s",
+                flush=True,
+            )
     finally:
         jupyter_dl.shutdown()
 
@@ -66,17 +69,33 @@ def main():
     for name, interval in SETTINGS.items():
         med = statistics.median(speed[name])
         cost = statistics.median(s for s in share[name] if s is not None) if name != "off" else 0.0
-        summary[name] = {"interval_s": interval, "samples_per_s": med, "ratio_vs_off": med / base,
-                         "sampler_cpu_share": cost}
+        summary[name] = {
+            "interval_s": interval,
+            "samples_per_s": med,
+            "ratio_vs_off": med / base,
+            "sampler_cpu_share": cost,
+        }
         label = f"{name} ({interval:g} s)" if interval else "off"
         print(f"{label:24s} {med:10.0f} {med / base:8.3f} {cost * 100:25.3f}%")
     cost = summary["default"]["sampler_cpu_share"]
-    print(f"default sampling costs {cost * 100:.3f}% of training time: target < {TARGET * 100:g}%: "
-          f"{'MET' if cost < TARGET else 'NOT MET'}")
+    print(
+        f"default sampling costs {cost * 100:.3f}% of training time: target < {TARGET * 100:g}%: "
+        f"{'MET' if cost < TARGET else 'NOT MET'}"
+    )
     load_after = _common.print_load(load_before)
-    _common.write_results(RESULTS, {"runs": {"samples_per_s": speed, "sampler_cpu_share": share},
-                                    "summary": summary, "target": TARGET, "timed_steps": args.steps},
-                          t_start, load_before, load_after, ("tensorflow", "keras", "horovod", "psutil"))
+    _common.write_results(
+        RESULTS,
+        {
+            "runs": {"samples_per_s": speed, "sampler_cpu_share": share},
+            "summary": summary,
+            "target": TARGET,
+            "timed_steps": args.steps,
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("tensorflow", "keras", "horovod", "psutil"),
+    )
 
 
 if __name__ == "__main__":

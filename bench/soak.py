@@ -8,6 +8,7 @@ to the cell's error) and time-to-cancel (from the stop request to the cell's err
 
     .venv/bin/python bench/soak.py [--runs 100] [--hang-after 90]
 """
+
 import argparse
 import collections
 import os
@@ -37,8 +38,13 @@ def expected_outcome(run):
     """True when the run ended the way its fault says it must."""
     from jupyter_dl.errors import JobCancelled, JobStalled, JobTimeout, RankError
 
-    kinds = {"rank_error": RankError, "stalled": JobStalled, "timeout": JobTimeout, "cancelled": JobCancelled,
-             "interrupted": KeyboardInterrupt}
+    kinds = {
+        "rank_error": RankError,
+        "stalled": JobStalled,
+        "timeout": JobTimeout,
+        "cancelled": JobCancelled,
+        "interrupted": KeyboardInterrupt,
+    }
     if run.fault.expect == "restarted":
         return run.error is None
     if not isinstance(run.error, kinds[run.fault.expect]):
@@ -49,8 +55,7 @@ def expected_outcome(run):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--hang-after", type=float, default=90.0,
-                        help="seconds after which a run counts as hung")
+    parser.add_argument("--hang-after", type=float, default=90.0, help="seconds after which a run counts as hung")
     args = parser.parse_args()
 
     import jupyter_dl
@@ -84,17 +89,30 @@ def main():
         if not ok:
             wrong.append((fault.name, repr(run.error)[:200]))
         took = run.time_to_error
-        rows.append({"fault": fault.name, "expect": fault.expect, "ok": ok, "time_to_error_s": took,
-                     "wall_s": run.ended - run.started})
+        rows.append(
+            {
+                "fault": fault.name,
+                "expect": fault.expect,
+                "ok": ok,
+                "time_to_error_s": took,
+                "wall_s": run.ended - run.started,
+            }
+        )
         shown = f"{took:.2f}s" if took is not None else "n/a"
-        print(f"{i + 1:3d} {fault.name:<36} {'ok' if ok else 'UNEXPECTED'}  to error {shown:>7}  "
-              f"wall {run.ended - run.started:5.1f}s", flush=True)
+        print(
+            f"{i + 1:3d} {fault.name:<36} {'ok' if ok else 'UNEXPECTED'}  to error {shown:>7}  "
+            f"wall {run.ended - run.started:5.1f}s",
+            flush=True,
+        )
 
     def stats(values):
         return (statistics.median(values), max(values)) if values else (float("nan"), float("nan"))
 
-    errors = [r["time_to_error_s"] for r in rows if r["expect"] in ("rank_error", "stalled", "timeout")
-              and r["time_to_error_s"] is not None]
+    errors = [
+        r["time_to_error_s"]
+        for r in rows
+        if r["expect"] in ("rank_error", "stalled", "timeout") and r["time_to_error_s"] is not None
+    ]
     by_kind = collections.defaultdict(list)
     for r in rows:
         if r["time_to_error_s"] is not None:
@@ -112,11 +130,22 @@ def main():
         print("restarted jobs, whole wall time (s):           median {:.2f}  max {:.2f}".format(*stats(restarts)))
     api.shutdown()
     load_after = _common.print_load(load_before)
-    _common.write_results(HERE / "results" / "soak.json",
-                          {"runs": rows, "hangs": hangs, "unexpected": wrong,
-                           "time_to_error_median_s": stats(errors)[0], "time_to_error_max_s": stats(errors)[1],
-                           "time_to_cancel_median_s": stats(stops)[0], "time_to_cancel_max_s": stats(stops)[1]},
-                          t_start, load_before, load_after, ("horovod", "ipyparallel", "tensorflow"))
+    _common.write_results(
+        HERE / "results" / "soak.json",
+        {
+            "runs": rows,
+            "hangs": hangs,
+            "unexpected": wrong,
+            "time_to_error_median_s": stats(errors)[0],
+            "time_to_error_max_s": stats(errors)[1],
+            "time_to_cancel_median_s": stats(stops)[0],
+            "time_to_cancel_max_s": stats(stops)[1],
+        },
+        t_start,
+        load_before,
+        load_after,
+        ("horovod", "ipyparallel", "tensorflow"),
+    )
     return 1 if hangs or wrong else 0
 
 

@@ -1,8 +1,17 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
+
 from ._version import __version__
 
-__all__ = ["LiveMetrics", "__version__", "compare", "distribute", "load_ipython_extension", "load_job", "lr_find",
-           "shutdown"]
+__all__ = [
+    "LiveMetrics",
+    "__version__",
+    "compare",
+    "distribute",
+    "load_ipython_extension",
+    "load_job",
+    "lr_find",
+    "shutdown",
+]
 
 
 def LiveMetrics(*args, **kwargs):
@@ -61,6 +70,7 @@ def load_ipython_extension(ipython):
 
     ipython.register_magics(DistributeMagics(ipython))
     from .cli.doctor import load_hint  # file lookups only: one stderr line pointing to `jupyter-dl doctor`
+
     load_hint()
     # Subclassed models built in the notebook from here on can travel to the engines (see keras_objects).
     record_constructor_arguments_when_keras_loads()

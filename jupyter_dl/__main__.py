@@ -1,4 +1,5 @@
 """`python -m jupyter_dl doctor | install-horovod`: the same commands as the `jupyter-dl` console script."""
+
 from .cli import main
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The Python API: the same behaviour as the magics, for scripts and tests."""
+
 import sys
 
 from traitlets import Enum
@@ -13,8 +14,11 @@ from .options import RunOptions
 
 
 class LiveViewSettings(Configurable):
-    theme = Enum(["auto", "light", "dark"], "auto",
-                 help="Figure theme: 'auto' follows the theme chosen in JupyterLab's settings.").tag(config=True)
+    theme = Enum(
+        ["auto", "light", "dark"],
+        "auto",
+        help="Figure theme: 'auto' follows the theme chosen in JupyterLab's settings.",
+    ).tag(config=True)
 
 
 class Session:
@@ -51,8 +55,9 @@ class Session:
         observers = []
         view = None
         if show_view:
-            view = LiveView(template_for(self.view_settings.theme), show_plot=options.plot,
-                            baseline_sps=self.baselines.get(key))
+            view = LiveView(
+                template_for(self.view_settings.theme), show_plot=options.plot, baseline_sps=self.baselines.get(key)
+            )
             observers.append(view)
         result = self.launcher.run(work, options, observers=observers)
         result.view = view
@@ -70,23 +75,45 @@ class Session:
         from .runtime.keras_hooks import lr_scale_factor
 
         if not isinstance(work, CellWork):
-            raise UsageError("--recommend sizes a %%distribute cell (or distribute(code)); for a function, use "
-                             "%dl_recommend MODEL --data X,Y")
-        probe_options = dataclasses.replace(options, n=1, recommend=False, deadline=None, probe=True, plot=False,
-                                            restarts=0, checkpoint_dir=None,
-                                            name=f"{options.name or 'cell'}-probe")
+            raise UsageError(
+                "--recommend sizes a %%distribute cell (or distribute(code)); for a function, use "
+                "%dl_recommend MODEL --data X,Y"
+            )
+        probe_options = dataclasses.replace(
+            options,
+            n=1,
+            recommend=False,
+            deadline=None,
+            probe=True,
+            plot=False,
+            restarts=0,
+            checkpoint_dir=None,
+            name=f"{options.name or 'cell'}-probe",
+        )
         measured = self.launcher.run(work, probe_options).probe
         if measured is None:
             raise UsageError("--recommend: the cell ended without calling model.fit(x, y); there is nothing to size")
-        workload = Workload(measured["features"], measured["samples"], measured["epochs"], measured["batch_size"],
-                            measured["learning_rate"], measured["optimizer_slots"])
+        workload = Workload(
+            measured["features"],
+            measured["samples"],
+            measured["epochs"],
+            measured["batch_size"],
+            measured["learning_rate"],
+            measured["optimizer_slots"],
+        )
         recommendation = self.advisor.recommend(workload, options.deadline, probe=measured)
         show(recommendation)
         plan = recommendation.chosen
         multiplier = plan.batch_size / workload.batch_size
-        planned = dataclasses.replace(options, n=plan.ranks, recommend=False, deadline=None, device_kind=plan.kind,
-                                      batch_size=plan.batch_size if multiplier != 1 else None,
-                                      lr_multiplier=lr_scale_factor(options.lr_scale, multiplier))
+        planned = dataclasses.replace(
+            options,
+            n=plan.ranks,
+            recommend=False,
+            deadline=None,
+            device_kind=plan.kind,
+            batch_size=plan.batch_size if multiplier != 1 else None,
+            lr_multiplier=lr_scale_factor(options.lr_scale, multiplier),
+        )
         result = self.run(work, planned, key, show_view)
         result.recommendation = recommendation
         return result
@@ -102,10 +129,30 @@ def session(parent=None) -> Session:
     return _session
 
 
-def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name=None, timeout=None,
-               output="rank0", lr_scale="linear", manual=False, backend="horovod", all_ranks=False, plot=None,
-               stream_metrics=True, secrets=(), stall_timeout=None, restarts=0, checkpoint_dir=None,
-               balance="auto", recommend=False, deadline=None):
+def distribute(
+    fn_or_code,
+    n=None,
+    *,
+    args=(),
+    kwargs=None,
+    namespace=None,
+    name=None,
+    timeout=None,
+    output="rank0",
+    lr_scale="linear",
+    manual=False,
+    backend="horovod",
+    all_ranks=False,
+    plot=None,
+    stream_metrics=True,
+    secrets=(),
+    stall_timeout=None,
+    restarts=0,
+    checkpoint_dir=None,
+    balance="auto",
+    recommend=False,
+    deadline=None,
+):
     """Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank Horovod job on the cluster.
 
     With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
@@ -122,11 +169,24 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
     and run with them.
     """
     in_kernel = _in_kernel()
-    options = RunOptions(n=n, name=name, backend=backend, timeout=timeout, output=output, lr_scale=lr_scale,
-                         manual=manual, plot=in_kernel if plot is None else plot, stream_metrics=stream_metrics,
-                         secrets=tuple(secrets), stall_timeout=stall_timeout, restarts=restarts,
-                         checkpoint_dir=checkpoint_dir, balance=balance, recommend=recommend,
-                         deadline=_seconds(deadline))
+    options = RunOptions(
+        n=n,
+        name=name,
+        backend=backend,
+        timeout=timeout,
+        output=output,
+        lr_scale=lr_scale,
+        manual=manual,
+        plot=in_kernel if plot is None else plot,
+        stream_metrics=stream_metrics,
+        secrets=tuple(secrets),
+        stall_timeout=stall_timeout,
+        restarts=restarts,
+        checkpoint_dir=checkpoint_dir,
+        balance=balance,
+        recommend=recommend,
+        deadline=_seconds(deadline),
+    )
     current = session()
     show_view = in_kernel or bool(plot)
     key = summary_mod.work_key(fn_or_code)
@@ -136,8 +196,7 @@ def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, name
         result = current.run(CellWork(fn_or_code, namespace), options, key, show_view)
         bind_results(result, namespace)
         return result
-    result = current.run(FunctionWork(fn_or_code, tuple(args), dict(kwargs or {}), all_ranks), options, key,
-                         show_view)
+    result = current.run(FunctionWork(fn_or_code, tuple(args), dict(kwargs or {}), all_ranks), options, key, show_view)
     return result.results if all_ranks else result.results[0]
 
 
@@ -194,8 +253,10 @@ def bind_results(result, namespace):
     for name, why in result.problems.items():
         stale = namespace.pop(name, None) is not None
         removed = "; its older value was removed from the notebook so it cannot be mistaken for this result"
-        print(f"[jupyter-dl] '{name}' did not come back from the engines ({why}){removed if stale else ''}",
-              file=sys.stderr)
+        print(
+            f"[jupyter-dl] '{name}' did not come back from the engines ({why}){removed if stale else ''}",
+            file=sys.stderr,
+        )
 
 
 def show(obj):

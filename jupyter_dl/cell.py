@@ -3,13 +3,28 @@
 Kernel-side only. We over-approximate reads (any loaded name that exists in the notebook is shipped) because a
 missing variable on a rank is a hard failure, while an extra one only costs bytes.
 """
+
 import ast
 import builtins
 from dataclasses import dataclass, field
 
 # IPython's own bookkeeping: never ship these, never bring them back.
-_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_ih", "_oh", "_dh", "_i", "_ii",
-                  "_iii"}
+_IPYTHON_NAMES = {
+    "In",
+    "Out",
+    "get_ipython",
+    "exit",
+    "quit",
+    "_",
+    "__",
+    "___",
+    "_ih",
+    "_oh",
+    "_dh",
+    "_i",
+    "_ii",
+    "_iii",
+}
 
 
 @dataclass
@@ -89,13 +104,20 @@ def parse_cell(code: str, filename: str = "<distribute-cell>") -> ast.Module:
 # Statements that bind their names whenever they run; a name bound by one of these at top level before any read
 # is the cell's own (e.g. `model = build()` then `model.fit`) and need not be shipped, which matters on re-runs
 # where the notebook still holds the previous, possibly large, `model`.
-_UNCONDITIONAL = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
-                  ast.ClassDef)
+_UNCONDITIONAL = (
+    ast.Assign,
+    ast.AnnAssign,
+    ast.Import,
+    ast.ImportFrom,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+)
 
 
 def analyse(code: str) -> CellNames:
     collector = _NameCollector()
-    own: set = set()   # names bound unconditionally by an earlier top-level statement
+    own: set = set()  # names bound unconditionally by an earlier top-level statement
     loads = set()
     for statement in parse_cell(code).body:
         before = set(collector.loads)

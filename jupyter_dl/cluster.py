@@ -3,6 +3,7 @@
 We drive ipyparallel's own `Cluster` API, so any cluster it can start or connect to (local processes, MPI, Slurm,
 SSH, via profiles and cluster files) is usable unchanged. The embedded default is a local cluster started on demand.
 """
+
 import contextlib
 import itertools
 import logging
@@ -37,25 +38,28 @@ class ClusterManager(Configurable):
     default_engines = Integer(
         0, help="Engines for the embedded local cluster: 0 means one per visible GPU, or 2 on a machine without GPUs."
     ).tag(config=True)
-    profile = Unicode(
-        "default", help="IPython profile for clusters started here (connect can name another)."
-    ).tag(config=True)
+    profile = Unicode("default", help="IPython profile for clusters started here (connect can name another).").tag(
+        config=True
+    )
     engines = Unicode(
-        "local", help="How clusters started here start their engines: 'local' (processes on this host, one per GPU "
-                      "where there are GPUs), or one of ipyparallel's launchers for a scheduler or other hosts "
-                      "('slurm', 'mpi', 'ssh', 'pbs', 'sge', 'lsf', ...), configured with ipyparallel's own traits "
-                      "(e.g. c.SlurmEngineSetLauncher.timelimit). A scheduler starts each engine set as one job, "
-                      "so all of a job's engines are allocated at once."
+        "local",
+        help="How clusters started here start their engines: 'local' (processes on this host, one per GPU "
+        "where there are GPUs), or one of ipyparallel's launchers for a scheduler or other hosts "
+        "('slurm', 'mpi', 'ssh', 'pbs', 'sge', 'lsf', ...), configured with ipyparallel's own traits "
+        "(e.g. c.SlurmEngineSetLauncher.timelimit). A scheduler starts each engine set as one job, "
+        "so all of a job's engines are allocated at once.",
     ).tag(config=True)
     max_cpu_ranks = Integer(
-        0, help="Most ranks the embedded local cluster runs on a host without GPUs; 0 means twice the CPU cores. "
-                "Each rank is a process with its own TensorFlow: far past the cores, engines start slower than "
-                "start_timeout and collectives time out, so a larger -n is refused before anything starts."
+        0,
+        help="Most ranks the embedded local cluster runs on a host without GPUs; 0 means twice the CPU cores. "
+        "Each rank is a process with its own TensorFlow: far past the cores, engines start slower than "
+        "start_timeout and collectives time out, so a larger -n is refused before anything starts.",
     ).tag(config=True)
     start_timeout = Float(120.0, help="Seconds to wait for engines to register once they run.").tag(config=True)
     queue_timeout = Float(
-        0.0, help="Seconds to wait for a scheduler (Slurm, PBS, ...) to allocate the engines; 0 waits as long as it "
-                  "takes (interrupting the kernel gives up and cancels the request)."
+        0.0,
+        help="Seconds to wait for a scheduler (Slurm, PBS, ...) to allocate the engines; 0 waits as long as it "
+        "takes (interrupting the kernel gives up and cancels the request).",
     ).tag(config=True)
     engine_environment = Dict(
         QUIET_TF, help="Extra environment for engines started here (TensorFlow's C++ logging is quiet by default)."
@@ -67,12 +71,12 @@ class ClusterManager(Configurable):
         self.client = None
         self.owned = False
         self._engine_info = {}  # engine id -> {"hostname", "pid"}
-        self._dead = set()      # engine ids we killed; ipyparallel may list them until it notices
-        self._expected = 0      # engines we started and did not kill (some may still be registering)
-        self.devices = []       # GPUs the engines started here are pinned to, one engine each
+        self._dead = set()  # engine ids we killed; ipyparallel may list them until it notices
+        self._expected = 0  # engines we started and did not kill (some may still be registering)
+        self.devices = []  # GPUs the engines started here are pinned to, one engine each
         self._launcher = "local"
         self._engine_sets = []  # ipyparallel engine set ids, newest last
-        self._reaper = None     # the process that ends our controller if this kernel dies
+        self._reaper = None  # the process that ends our controller if this kernel dies
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -92,17 +96,26 @@ class ClusterManager(Configurable):
         if engines == "local" and not devices:
             self._check_cpu_ranks(n)
         if devices and n > len(devices):
-            raise UsageError(f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); "
-                             f"lower -n or widen --gpus")
+            raise UsageError(
+                f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); lower -n or widen --gpus"
+            )
         try:
             # parent=self: ipyparallel's own traits (c.SSHEngineSetLauncher.engines, c.Cluster.controller_ip, ...)
             # come from the same config as ours, in a notebook or in a script's Session(parent=...), merged by
             # ipyparallel with the profile's ipcluster_config.py.
-            cluster = ipp.Cluster(n=n, profile=self.profile, cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
-                                  engines=engines, log_level=40, parent=self, log=_ipyparallel_log())
+            cluster = ipp.Cluster(
+                n=n,
+                profile=self.profile,
+                cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
+                engines=engines,
+                log_level=40,
+                parent=self,
+                log=_ipyparallel_log(),
+            )
         except Exception as exc:  # traitlets refuses an unknown launcher name
-            raise UsageError(f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge "
-                             f"or lsf") from None
+            raise UsageError(
+                f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge or lsf"
+            ) from None
         if engines == "ssh":
             hosts = self._prepare_ssh(cluster)
             n = cluster.n = requested or sum(hosts.values())
@@ -138,8 +151,10 @@ class ClusterManager(Configurable):
 
         hosts = SSHEngineSetLauncher(config=cluster.config).engines
         if not hosts:
-            raise UsageError("--engines ssh needs a host list: set c.SSHEngineSetLauncher.engines = {'host1': 2, "
-                             "'host2': 2} (engines per host) in your IPython or ipcluster config")
+            raise UsageError(
+                "--engines ssh needs a host list: set c.SSHEngineSetLauncher.engines = {'host1': 2, "
+                "'host2': 2} (engines per host) in your IPython or ipcluster config"
+            )
         if not self._configured(cluster.config, [type(cluster)], "controller_ip"):
             cluster.controller_ip = network.address_toward([network.ssh_target(host) for host in hosts])
             if not self._configured(cluster.config, [type(cluster)], "controller_location"):
@@ -161,10 +176,12 @@ class ClusterManager(Configurable):
             extra = self._ssh_engine_options() if self._launcher == "ssh" else {}
             if hasattr(self.cluster.engine_launcher_class, "batch_file_name"):
                 # A scheduler's batch script goes with the cluster's files, not into the notebook's folder.
-                extra["batch_file_name"] = os.path.join(self.cluster.profile_dir,
-                                                        f"{self.cluster.cluster_id}-engines-{len(self._engine_sets)}.sbatch")
-            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(self.engine_environment),
-                                                                     **extra))
+                extra["batch_file_name"] = os.path.join(
+                    self.cluster.profile_dir, f"{self.cluster.cluster_id}-engines-{len(self._engine_sets)}.sbatch"
+                )
+            self._engine_sets.append(
+                self.cluster.start_engines_sync(n, environment=dict(self.engine_environment), **extra)
+            )
             return
         # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
         if devices:
@@ -204,9 +221,11 @@ class ClusterManager(Configurable):
             else:
                 cluster, client = None, ipp.Client(profile=profile)
         except (OSError, ValueError) as exc:
-            raise UsageError(f"no cluster found in profile {profile!r}"
-                             f"{f' with id {cluster_id!r}' if cluster_id else ''} ({exc}); "
-                             f"start one with `ipcluster start --profile {profile}` or use %dl_cluster start") from None
+            raise UsageError(
+                f"no cluster found in profile {profile!r}"
+                f"{f' with id {cluster_id!r}' if cluster_id else ''} ({exc}); "
+                f"start one with `ipcluster start --profile {profile}` or use %dl_cluster start"
+            ) from None
         self.cluster, self.client, self.owned = cluster, client, False
         return self.status()
 
@@ -268,49 +287,59 @@ class ClusterManager(Configurable):
         if self.client is not None and not self.owned:
             have = len(self.engine_ids())
             if n > have:
-                raise UsageError(f"{n} ranks requested but the connected cluster has {have} engines; use -n {have} "
-                                 f"or add engines to the cluster")
+                raise UsageError(
+                    f"{n} ranks requested but the connected cluster has {have} engines; use -n {have} "
+                    f"or add engines to the cluster"
+                )
             return
         if (self._launcher if self.client is not None else self.engines.lower()) != "local":
             return  # a scheduler decides what it can allocate
         gpu_count = len(gpus.discover())
         if gpu_count and n > gpu_count:
-            raise UsageError(f"{n} ranks requested but this host has {gpu_count} GPUs (one rank per GPU); use -n "
-                             f"{gpu_count} or fewer, or connect a bigger cluster (%dl_cluster connect --profile P, "
-                             f"or %dl_cluster start --engines slurm)")
+            raise UsageError(
+                f"{n} ranks requested but this host has {gpu_count} GPUs (one rank per GPU); use -n "
+                f"{gpu_count} or fewer, or connect a bigger cluster (%dl_cluster connect --profile P, "
+                f"or %dl_cluster start --engines slurm)"
+            )
         if not gpu_count:
             self._check_cpu_ranks(n)
 
     def _check_cpu_ranks(self, n):
         limit = self.cpu_rank_limit()
         if n > limit:
-            raise UsageError(f"{n} ranks is more than this machine can run: without GPUs the local cluster takes at "
-                             f"most {limit} ranks on {os.cpu_count()} CPU cores (c.ClusterManager.max_cpu_ranks); "
-                             f"use -n {limit} or fewer, or connect a bigger cluster (%dl_cluster connect --profile "
-                             f"P, or %dl_cluster start --engines slurm)")
+            raise UsageError(
+                f"{n} ranks is more than this machine can run: without GPUs the local cluster takes at "
+                f"most {limit} ranks on {os.cpu_count()} CPU cores (c.ClusterManager.max_cpu_ranks); "
+                f"use -n {limit} or fewer, or connect a bigger cluster (%dl_cluster connect --profile "
+                f"P, or %dl_cluster start --engines slurm)"
+            )
 
     def ensure(self, n):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""
         if self.client is not None and self.owned and not self._controller_running():
             # Stopped from outside this kernel (the jobs panel's Stop): the old client would wait forever.
-            print("[jupyter-dl] this notebook's cluster was stopped outside it (jobs panel); starting a new one",
-                  flush=True)
+            print(
+                "[jupyter-dl] this notebook's cluster was stopped outside it (jobs panel); starting a new one",
+                flush=True,
+            )
             self._forget_stopped_cluster()
         if self.client is None:
             status = self.start(n=max(n, self.default_size()))
-            where = ("a local cluster" if self._launcher == "local"
-                     else f"a cluster with engines from {self._launcher}")
+            where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
             devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
-            print(f"[jupyter-dl] started {where}: {status['engines']} engines ({devices}); %dl_cluster stop ends it",
-                  flush=True)  # progress, not an error: ordinary output
+            print(
+                f"[jupyter-dl] started {where}: {status['engines']} engines ({devices}); %dl_cluster stop ends it",
+                flush=True,
+            )  # progress, not an error: ordinary output
         have = len(self.engine_ids())
         if have < n:
             if not self.owned:
-                raise UsageError(f"{n} ranks requested but the connected cluster has {have} engines; "
-                                 f"use -n {have} or add engines to the cluster")
+                raise UsageError(
+                    f"{n} ranks requested but the connected cluster has {have} engines; "
+                    f"use -n {have} or add engines to the cluster"
+                )
             if self._launcher == "local" and gpus.discover() and n > self._expected:
-                raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n "
-                                 f"{self._expected}")
+                raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n {self._expected}")
             if n > self._expected:
                 self._start_engines(n - self._expected)
             self._wait_for(n)  # new engines, or replacements of killed ones, still registering
@@ -330,14 +359,20 @@ class ClusterManager(Configurable):
                 running_since = now
                 if pending != shown:
                     shown = pending
-                    print(f"[jupyter-dl] waiting for {self._launcher} to allocate {n} engines at once ({pending}); "
-                          f"interrupt the kernel to give up", file=sys.stderr, flush=True)
+                    print(
+                        f"[jupyter-dl] waiting for {self._launcher} to allocate {n} engines at once ({pending}); "
+                        f"interrupt the kernel to give up",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if self.queue_timeout and now - queued_since > self.queue_timeout:
-                    raise TimeoutError(f"{self._launcher} did not allocate {n} engines within "
-                                       f"{self.queue_timeout:.0f}s ({pending})")
+                    raise TimeoutError(
+                        f"{self._launcher} did not allocate {n} engines within {self.queue_timeout:.0f}s ({pending})"
+                    )
             elif now - running_since > self.start_timeout:
-                raise TimeoutError(f"only {len(self.engine_ids())} of {n} engines registered "
-                                   f"within {self.start_timeout:.0f}s")
+                raise TimeoutError(
+                    f"only {len(self.engine_ids())} of {n} engines registered within {self.start_timeout:.0f}s"
+                )
             time.sleep(0.1)
 
     def _scheduler_pending(self) -> str:
@@ -355,8 +390,9 @@ class ClusterManager(Configurable):
         if self._launcher != "slurm":
             return "" if self.engine_ids() else f"{self._launcher} job {job_id} submitted"
         try:
-            out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True,
-                                 timeout=30).stdout.split(maxsplit=1)
+            out = subprocess.run(
+                ["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True, timeout=30
+            ).stdout.split(maxsplit=1)
         except (OSError, subprocess.SubprocessError):
             return f"Slurm job {job_id} (squeue did not answer)"
         if out and out[0] in ("PENDING", "CONFIGURING"):  # configuring: its nodes are still booting
@@ -460,8 +496,11 @@ class ClusterManager(Configurable):
         by_host: dict = {}
         for rank, (eid, host) in enumerate(zip(ids, hosts)):
             by_host.setdefault(host, []).append((rank, eid))
-        return {host: [rank for rank, _ in ranks] for host, ranks in by_host.items()
-                if all(eid in silent for _, eid in ranks)}
+        return {
+            host: [rank for rank, _ in ranks]
+            for host, ranks in by_host.items()
+            if all(eid in silent for _, eid in ranks)
+        }
 
     def all_local(self, ids) -> bool:
         me = socket.gethostname()

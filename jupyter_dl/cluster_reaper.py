@@ -5,6 +5,7 @@ controller and its scheduler processes running (about 430 MB each time). The eng
 (runtime.rank.describe); the controller cannot run our code, so a small detached watcher does it for them: it exits
 quietly when the cluster is stopped normally, and ends the controller's process tree when the kernel is gone.
 """
+
 import subprocess
 import sys
 import time
@@ -14,9 +15,13 @@ INTERVAL = 1.0
 
 def start(kernel_pid: int, pids: list) -> subprocess.Popen:
     """Watch `kernel_pid`; when it is gone, end the processes `pids` and all their children."""
-    return subprocess.Popen([sys.executable, "-m", "jupyter_dl.cluster_reaper", str(kernel_pid), *map(str, pids)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # outlives the kernel's process group
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_dl.cluster_reaper", str(kernel_pid), *map(str, pids)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # outlives the kernel's process group
 
 
 def _alive(proc) -> bool:

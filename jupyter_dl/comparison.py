@@ -6,6 +6,7 @@ Pure data, no plotting and no IPython: `%dl_compare` / `jupyter_dl.compare` draw
 server endpoint can hand the same JSON-able dict to the panel. The dict's shape is documented on `compare_jobs`.
 (Not `compare.py`: a submodule of that name would replace the `jupyter_dl.compare` function once imported.)
 """
+
 import hashlib
 import json
 import math
@@ -31,12 +32,17 @@ class UnknownJob(UsageError):
 
 
 class CompareSettings(Configurable):
-    max_points = Integer(2000, help="Most points per curve in a comparison; longer runs are averaged into buckets "
-                                    "(the full series stays in each job's metrics.jsonl).").tag(config=True)
-    smoothing = Float(0.9, help="Exponential smoothing of the per-batch loss curve, as in the live view "
-                                "(0: raw per-batch values).").tag(config=True)
-    min_prefix = Integer(4, help="Shortest job-id prefix accepted for a job id (longer prefixes must still name "
-                                 "exactly one job).").tag(config=True)
+    max_points = Integer(
+        2000,
+        help="Most points per curve in a comparison; longer runs are averaged into buckets "
+        "(the full series stays in each job's metrics.jsonl).",
+    ).tag(config=True)
+    smoothing = Float(
+        0.9, help="Exponential smoothing of the per-batch loss curve, as in the live view (0: raw per-batch values)."
+    ).tag(config=True)
+    min_prefix = Integer(
+        4, help="Shortest job-id prefix accepted for a job id (longer prefixes must still name exactly one job)."
+    ).tag(config=True)
 
 
 # ------------------------------------------------------------------------------------------------ job ids
@@ -47,14 +53,17 @@ def resolve(store, ids, viewer=None, min_prefix=4) -> list:
         ids = ids.replace(",", " ").split()
     ids = list(dict.fromkeys(str(i) for i in ids))  # the same id twice compares nothing
     if len(ids) < 2:
-        raise UsageError(f"give two or more job ids to compare (got {len(ids)}{': ' + ids[0] if ids else ''}); "
-                         f"%dl_jobs lists the jobs and their ids")
+        raise UsageError(
+            f"give two or more job ids to compare (got {len(ids)}{': ' + ids[0] if ids else ''}); "
+            f"%dl_jobs lists the jobs and their ids"
+        )
     records = [r for r in store.records() if viewer is None or r.get("user") == viewer]
     found = [_one(records, wanted, min_prefix) for wanted in ids]
     twice = [wanted for i, wanted in enumerate(ids) if found[i]["id"] in [r["id"] for r in found[:i]]]
     if twice:
-        raise UsageError(f"{twice[0]!r} names job {found[ids.index(twice[0])]['id']} a second time; "
-                         f"give two or more different jobs")
+        raise UsageError(
+            f"{twice[0]!r} names job {found[ids.index(twice[0])]['id']} a second time; give two or more different jobs"
+        )
     return found
 
 
@@ -82,15 +91,15 @@ class RunData:
 
     def __init__(self, records, smoothing=0.9):
         self.smoothing = smoothing
-        self.batch = []              # (global step, epoch index, step in epoch, steps per epoch, seconds, loss)
-        self.epochs = {}             # metric -> [(global step, epoch number, seconds, value)]
+        self.batch = []  # (global step, epoch index, step in epoch, steps per epoch, seconds, loss)
+        self.epochs = {}  # metric -> [(global step, epoch number, seconds, value)]
         self.epoch_logs = []
-        self.throughput = {}         # rank -> last throughput record
-        self.begin = {}              # rank 0's first begin record: batch_size, epochs, steps, samples_per_epoch
+        self.throughput = {}  # rank -> last throughput record
+        self.begin = {}  # rank 0's first begin record: batch_size, epochs, steps, samples_per_epoch
         self._t0 = None
         self._step = 0
-        self._boundaries = []        # global step at each epoch's end
-        self._epoch_offset = 0       # epochs of earlier fits in the same cell
+        self._boundaries = []  # global step at each epoch's end
+        self._epoch_offset = 0  # epochs of earlier fits in the same cell
         self._prev_mean = 0.0
         self._ema = None
         self._restart_pending = False
@@ -155,8 +164,10 @@ class RunData:
         last_step = {}
         for _, epoch, k, _, _, _ in self.batch:
             last_step[epoch] = max(last_step.get(epoch, 0), k)
-        return [(step, epoch + k / (steps or last_step[epoch]), seconds, loss)
-                for step, epoch, k, steps, seconds, loss in self.batch]
+        return [
+            (step, epoch + k / (steps or last_step[epoch]), seconds, loss)
+            for step, epoch, k, steps, seconds, loss in self.batch
+        ]
 
     @property
     def samples_per_s(self):
@@ -174,7 +185,7 @@ def _downsample(points, budget):
     if len(points) <= budget:
         return points
     size = math.ceil(len(points) / budget)
-    return [tuple(sum(c) / len(c) for c in zip(*points[i:i + size])) for i in range(0, len(points), size)]
+    return [tuple(sum(c) / len(c) for c in zip(*points[i : i + size])) for i in range(0, len(points), size)]
 
 
 # ------------------------------------------------------------------------------------------ kept results
@@ -339,8 +350,14 @@ def _table(runs, datas, store, viewer):
     rates = [d.samples_per_s for d in datas]
     rows.append(_row("performance", "samples/s", rates, [f"{r:,.0f}" if r else "-" for r in rates]))
     scaled = _efficiency(runs, datas, store, viewer)
-    rows.append(_row("performance", "scaling efficiency", [s[0] if s else None for s in scaled],
-                     [_efficiency_text(s, run) for s, run in zip(scaled, runs)]))
+    rows.append(
+        _row(
+            "performance",
+            "scaling efficiency",
+            [s[0] if s else None for s in scaled],
+            [_efficiency_text(s, run) for s, run in zip(scaled, runs)],
+        )
+    )
     restarts = [len(run.get("restarts") or []) for run in runs]
     if any(restarts):
         rows.append(_row("performance", "restarts", restarts, [str(r) for r in restarts]))
@@ -381,9 +398,11 @@ def compare_jobs(store, ids, x="step", viewer=None, settings=None) -> dict:
         run["cell_key"] = cell_key(cell_source(store, run["id"]))
         data = RunData(store.metrics(run["id"])[0], settings.smoothing)
         if not data.has_metrics:
-            raise UsageError(f"job {run['id']} ({run['name']}, {run['state']}) recorded no training metrics "
-                             f"(it ended before model.fit, or a --manual cell without jupyter_dl.LiveMetrics()); "
-                             f"leave it out of the comparison")
+            raise UsageError(
+                f"job {run['id']} ({run['name']}, {run['state']}) recorded no training metrics "
+                f"(it ended before model.fit, or a --manual cell without jupyter_dl.LiveMetrics()); "
+                f"leave it out of the comparison"
+            )
         datas.append(data)
     curves = []
     for run, data in zip(runs, datas):
@@ -393,13 +412,32 @@ def compare_jobs(store, ids, x="step", viewer=None, settings=None) -> dict:
             if not points:
                 continue
             step, epoch, seconds, y = zip(*_downsample(points, settings.max_points))
-            curves.append({"run": run["id"], "metric": metric, "kind": kind, "step": list(step),
-                           "epoch": list(epoch), "time": list(seconds), "y": list(y)})
+            curves.append(
+                {
+                    "run": run["id"],
+                    "metric": metric,
+                    "kind": kind,
+                    "step": list(step),
+                    "epoch": list(epoch),
+                    "time": list(seconds),
+                    "y": list(y),
+                }
+            )
     return {
         "x": x,
         "x_titles": dict(X_TITLES),
-        "runs": [{"id": r["id"], "name": r["name"], "label": label, "state": r["state"], "ranks": r["n"],
-                  "cell": r["cell_key"], "elapsed": r["elapsed"]} for r, label in zip(runs, _labels(runs))],
+        "runs": [
+            {
+                "id": r["id"],
+                "name": r["name"],
+                "label": label,
+                "state": r["state"],
+                "ranks": r["n"],
+                "cell": r["cell_key"],
+                "elapsed": r["elapsed"],
+            }
+            for r, label in zip(runs, _labels(runs))
+        ],
         "curves": curves,
         "table": _table(runs, datas, store, viewer),
     }

@@ -27,8 +27,9 @@ class BackendMissing(UsageError):
 class RankError(DistributeError):
     """A rank raised. Renders like a notebook error: the failing rank's own traceback, then what others said."""
 
-    def __init__(self, rank: int, ename: str, evalue: str, traceback_text: str, others: dict | None = None,
-                 job_name: str = ""):
+    def __init__(
+        self, rank: int, ename: str, evalue: str, traceback_text: str, others: dict | None = None, job_name: str = ""
+    ):
         self.rank = rank
         self.ename = ename
         self.evalue = evalue

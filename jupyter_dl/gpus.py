@@ -1,4 +1,5 @@
 """GPU discovery on this host. Without nvidia-smi (or with no GPU) the answer is an empty list and ranks run on CPU."""
+
 import functools
 import shutil
 import subprocess
@@ -12,8 +13,13 @@ def _query(field: str) -> list:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
+        out = subprocess.run(
+            [smi, f"--query-gpu={field}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]

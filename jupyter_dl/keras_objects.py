@@ -10,6 +10,7 @@ Keras also rebuilds a subclassed model by calling its constructor with the argum
 `keras.Model.__new__` records the defaults instead of the arguments given (Keras 3.x): `Net(units=4)` comes back as
 `Net(units=8)` and its weights no longer fit. `record_constructor_arguments()` makes it record what was given.
 """
+
 import inspect
 import sys
 import types
@@ -23,8 +24,8 @@ _SIMPLE = (str, int, float, bool, type(None))
 
 @dataclass
 class KerasPayload:
-    blob: bytes             # the object, pickled by Keras (a .keras archive)
-    custom: bytes           # {name: class or function} it needs, pickled by value
+    blob: bytes  # the object, pickled by Keras (a .keras archive)
+    custom: bytes  # {name: class or function} it needs, pickled by value
     type_name: str = ""
     # The optimizer's state (step count, moments): Keras' archive has it, but a model rebuilt from it compiles a
     # fresh optimizer that is not built yet and skips loading it ("Skipping variable loading for optimizer").
@@ -41,8 +42,10 @@ def dumps(value, namespace=None) -> KerasPayload:
     try:
         blob = cloudpickle.dumps(value)
     except NotImplementedError as exc:  # Keras: a subclass whose constructor arguments it cannot record
-        raise TypeError(f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
-                        f"get_config() returning its constructor arguments") from None
+        raise TypeError(
+            f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
+            f"get_config() returning its constructor arguments"
+        ) from None
     return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, _optimizer_state(value))
 
 
@@ -89,8 +92,11 @@ def custom_objects_of(value, namespace) -> dict:
             found[obj.__name__] = obj
     for name in _names_in_config(value):
         candidate = namespace.get(name)
-        if candidate is not None and _user_defined(candidate) and (isinstance(candidate, type)
-                                                                     or isinstance(candidate, types.FunctionType)):
+        if (
+            candidate is not None
+            and _user_defined(candidate)
+            and (isinstance(candidate, type) or isinstance(candidate, types.FunctionType))
+        ):
             found.setdefault(name, candidate)
     return found
 
@@ -138,6 +144,7 @@ def _user_defined(obj) -> bool:
 
 
 # ----------------------------------------------------------------------------------- constructor arguments
+
 
 def record_constructor_arguments():
     """Make `keras.Model.__new__` record the constructor arguments a subclass was given (idempotent)."""

@@ -4,6 +4,7 @@ Order matters: everything that can fail on bad input (syntax, unsendable variabl
 any engine is started or touched. A failing rank leaves Horovod, which unblocks its peers; peers that are still
 stuck after a grace period (native code does not see signals) are killed and replaced, so the next cell works.
 """
+
 import contextlib
 import dataclasses
 import os
@@ -39,54 +40,66 @@ _MetricsFeed = MetricsFeed
 
 class Launcher(Configurable):
     rendezvous_address = Unicode(
-        "", help="Address ranks use to reach the kernel's rendezvous server. Empty: 127.0.0.1 when every engine runs "
-                 "on this host, else the first of this host's addresses that every rank's host can reach (probed "
-                 "before each job)."
+        "",
+        help="Address ranks use to reach the kernel's rendezvous server. Empty: 127.0.0.1 when every engine runs "
+        "on this host, else the first of this host's addresses that every rank's host can reach (probed "
+        "before each job).",
     ).tag(config=True)
     network_interface = Unicode(
-        "", help="Network interface gloo uses between ranks (the same name on every host). Empty: 'lo' when all "
-                 "ranks are local, else on each host the interface its route to this kernel leaves through."
+        "",
+        help="Network interface gloo uses between ranks (the same name on every host). Empty: 'lo' when all "
+        "ranks are local, else on each host the interface its route to this kernel leaves through.",
     ).tag(config=True)
     collective_timeout = Float(
         120.0, help="Seconds a rank waits for its peers in rendezvous and collectives (HOROVOD_GLOO_TIMEOUT_SECONDS)."
     ).tag(config=True)
     stall_timeout = Float(
-        120.0, help="Seconds a rank may wait in one collective (or one compiled training step) before the job is "
-                    "stopped as stalled and the error says where every rank was. 0 turns the check off; "
-                    "%%distribute --stall-timeout overrides it per job."
+        120.0,
+        help="Seconds a rank may wait in one collective (or one compiled training step) before the job is "
+        "stopped as stalled and the error says where every rank was. 0 turns the check off; "
+        "%%distribute --stall-timeout overrides it per job.",
     ).tag(config=True)
     stop_grace = Float(
-        5.0, help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
-                  "engines are killed and replaced."
+        5.0,
+        help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
+        "engines are killed and replaced.",
     ).tag(config=True)
     secrets_file = Unicode(
         "~/.jupyter/jupyter_dl_secrets.json",
-        help="JSON file of {name: value} that --secret NAME reads when NAME is not in the kernel's environment."
+        help="JSON file of {name: value} that --secret NAME reads when NAME is not in the kernel's environment.",
     ).tag(config=True)
     pool_url = Unicode(
-        "", help="URL of a jupyter-dl-pool service (e.g. https://hub/services/jupyter-dl-pool/): each job first gets "
-                 "its GPUs from it, all at once, and gives them back when it ends. Empty: $JUPYTER_DL_POOL_URL, and "
-                 "without that, the embedded pool (see use_local_pool)."
+        "",
+        help="URL of a jupyter-dl-pool service (e.g. https://hub/services/jupyter-dl-pool/): each job first gets "
+        "its GPUs from it, all at once, and gives them back when it ends. Empty: $JUPYTER_DL_POOL_URL, and "
+        "without that, the embedded pool (see use_local_pool).",
     ).tag(config=True)
     use_local_pool = Bool(
-        True, help="Without a pool service, jobs on this host's own engines take their GPUs from the embedded pool "
-                   "that this user's kernels share (one job per GPU at a time, all of a job's GPUs at once). Off: "
-                   "jobs use the engines' GPUs regardless of other notebooks. No effect on a host without GPUs."
+        True,
+        help="Without a pool service, jobs on this host's own engines take their GPUs from the embedded pool "
+        "that this user's kernels share (one job per GPU at a time, all of a job's GPUs at once). Off: "
+        "jobs use the engines' GPUs regardless of other notebooks. No effect on a host without GPUs.",
     ).tag(config=True)
-    poll_interval = Float(0.2, help="Seconds between polls for rank output, metrics and other ranks' completion "
-                                    "(the first pending rank's completion is seen at once). Shorter polls cost the "
-                                    "ranks CPU: at 0.05 s a --manual loop ran at 0.88x horovodrun on 2 cores, at "
-                                    "0.2 s at 1.0x (bench/horovod_compat.py).").tag(config=True)
+    poll_interval = Float(
+        0.2,
+        help="Seconds between polls for rank output, metrics and other ranks' completion "
+        "(the first pending rank's completion is seen at once). Shorter polls cost the "
+        "ranks CPU: at 0.05 s a --manual loop ran at 0.88x horovodrun on 2 cores, at "
+        "0.2 s at 1.0x (bench/horovod_compat.py).",
+    ).tag(config=True)
     INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
-    PEER_PATIENCE = 1.0     # seconds after a rank failed before its peers are interrupted
-    PROBE_TIMEOUT = 10.0    # seconds for ranks on other hosts to say which of this host's addresses they reach
+    PEER_PATIENCE = 1.0  # seconds after a rank failed before its peers are interrupted
+    PROBE_TIMEOUT = 10.0  # seconds for ranks on other hosts to say which of this host's addresses they reach
 
-    resource_interval = Float(0.25, help="Seconds between a rank's samples of its CPU %, resident memory and (where "
-                                         "it has one) GPU utilisation and memory, streamed beside the metrics; 0 "
-                                         "turns sampling off (bench/resource_overhead.py measures the cost)."
-                              ).tag(config=True)
-    point_budget = Integer(2000, help="Most points per trace kept for the live figure (the full series goes to "
-                                      "the job's metrics.jsonl).").tag(config=True)
+    resource_interval = Float(
+        0.25,
+        help="Seconds between a rank's samples of its CPU %, resident memory and (where "
+        "it has one) GPU utilisation and memory, streamed beside the metrics; 0 "
+        "turns sampling off (bench/resource_overhead.py measures the cost).",
+    ).tag(config=True)
+    point_budget = Integer(
+        2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
+    ).tag(config=True)
 
     def __init__(self, cluster, registry=None, **kwargs):
         super().__init__(**kwargs)
@@ -125,25 +138,46 @@ class Launcher(Configurable):
         secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
         self.cluster.check_size(n)
-        job = self.registry.add(Job(name=options.name or f"job-{len(self.registry.all()) + 1}", n=n,
-                                    options={k: v for k, v in vars(options).items() if k != "name"},
-                                    **_kernel_identity()))
+        job = self.registry.add(
+            Job(
+                name=options.name or f"job-{len(self.registry.all()) + 1}",
+                n=n,
+                options={k: v for k, v in vars(options).items() if k != "name"},
+                **_kernel_identity(),
+            )
+        )
         job.transition("starting")
-        jr = JobRun(job=job, work=work, shipment=shipment, options=options,
-                    state=TrainingState(budget=self.point_budget), redact=secretsmod.Redactor(secret_values),
-                    secrets=secret_values, stdout=stdout, stderr=stderr, observers=observers)
+        jr = JobRun(
+            job=job,
+            work=work,
+            shipment=shipment,
+            options=options,
+            state=TrainingState(budget=self.point_budget),
+            redact=secretsmod.Redactor(secret_values),
+            secrets=secret_values,
+            stdout=stdout,
+            stderr=stderr,
+            observers=observers,
+        )
         t0 = time.perf_counter()
         try:
-            with self._pool_lease(job, n, stderr, options.device_kind) if options.pooled else contextlib.nullcontext() \
-                    as lease:
+            with (
+                self._pool_lease(job, n, stderr, options.device_kind)
+                if options.pooled
+                else contextlib.nullcontext() as lease
+            ):
                 jr.granted = lease["devices"] if lease else None
                 outcomes, ars, ending = self._attempts(jr)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
-        job.timings = {"cluster_s": jr.cluster_ready_at - t0, "ship_s": jr.shipped_at - jr.cluster_ready_at,
-                       "run_s": time.perf_counter() - jr.shipped_at, "shipped": jr.shipped,
-                       "ranks": [o.get("timings") for o in outcomes]}
+        job.timings = {
+            "cluster_s": jr.cluster_ready_at - t0,
+            "ship_s": jr.shipped_at - jr.cluster_ready_at,
+            "run_s": time.perf_counter() - jr.shipped_at,
+            "shipped": jr.shipped,
+            "ranks": [o.get("timings") for o in outcomes],
+        }
         result = RunResult(job=job, stdout=[jr.redact(ar.stdout or "") for ar in ars], state=jr.state)
         if jr.redact:
             outcomes = [outcomesmod.redacted(o, jr.redact) for o in outcomes]
@@ -200,25 +234,36 @@ class Launcher(Configurable):
         client = self.cluster.client
         rendezvous = backend.Rendezvous(jr.job.hosts, self.collective_timeout)
         try:
-            address, interfaces = route(self.cluster, ids, rendezvous.port, self.rendezvous_address,
-                                        self.network_interface, self.PROBE_TIMEOUT)
+            address, interfaces = route(
+                self.cluster, ids, rendezvous.port, self.rendezvous_address, self.network_interface, self.PROBE_TIMEOUT
+            )
         except BaseException:
             rendezvous.stop()
             raise
         base = jr.rank_spec(len(ids), self.stall_timeout, self.resource_interval)
         try:
             environments = rendezvous.environments(address, interfaces)
-            ars = [client[eid].apply_async(rank_mod.run, dataclasses.replace(base, rank=r, env=environments[r]))
-                   for r, eid in enumerate(ids)]
+            ars = [
+                client[eid].apply_async(rank_mod.run, dataclasses.replace(base, rank=r, env=environments[r]))
+                for r, eid in enumerate(ids)
+            ]
             jr.job.transition("running")
             if jr.attempt == 0:  # a restart goes on in the same view
                 for observer in jr.observers:
                     observer.started(jr.job)
             relay = OutputRelay(dict(enumerate(ars)), jr.options.output, jr.stdout, jr.stderr, jr.redact)
-            feed = MetricsFeed(jr.job, MetricsCollector(dict(enumerate(ars))), jr.state, jr.observers,
-                               self.registry.store, ars, jr.redact)
-            monitor = Monitor(self.cluster, self.stop_grace, self.poll_interval, self.PEER_PATIENCE,
-                              self.INTERRUPT_REPEAT)
+            feed = MetricsFeed(
+                jr.job,
+                MetricsCollector(dict(enumerate(ars))),
+                jr.state,
+                jr.observers,
+                self.registry.store,
+                ars,
+                jr.redact,
+            )
+            monitor = Monitor(
+                self.cluster, self.stop_grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT
+            )
             outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout)
         finally:
             rendezvous.stop()
@@ -254,8 +299,11 @@ class Launcher(Configurable):
         # The GPUs this kernel's engines hold, of the plan's kind when a recommendation chose one.
         ids = self.cluster.engine_ids()
         kinds = self.cluster.kinds(ids) if kind else [None] * len(ids)
-        allowed = [(info["hostname"], int(info["gpu"])) for info, engine_kind in zip(self.cluster.describe(ids), kinds)
-                   if info.get("gpu") and engine_kind in (kind, None)]
+        allowed = [
+            (info["hostname"], int(info["gpu"]))
+            for info, engine_kind in zip(self.cluster.describe(ids), kinds)
+            if info.get("gpu") and engine_kind in (kind, None)
+        ]
         return PoolLease(pool, n, job, pool.owner, stderr, allowed=allowed)
 
     def pool_status(self) -> str:
@@ -267,8 +315,10 @@ class Launcher(Configurable):
             summary = pool.summary()
         except Exception as exc:  # a status line must not fail because the pool service is down
             return f"GPU pool, {description}: not reachable ({exc})"
-        return (f"GPU pool, {description}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
-                f"job{'s' if summary['queued'] != 1 else ''} queued")
+        return (
+            f"GPU pool, {description}: {summary['free']} of {summary['gpus']} GPUs free, {summary['queued']} "
+            f"job{'s' if summary['queued'] != 1 else ''} queued"
+        )
 
     def _restarting(self, jr: JobRun, reason):
         """Record a restart where the notebook, the job store and the live plot will show it."""
@@ -279,8 +329,12 @@ class Launcher(Configurable):
         if self.registry.store is not None:
             self.registry.store.append_metrics(job.id, [record])
         job.changed()
-        print(f"[jupyter-dl] {reason}; restart {attempt} of {jr.options.restarts}, from the last checkpoint in "
-              f"{jr.options.checkpoint_dir}", file=jr.stderr or sys.stderr, flush=True)
+        print(
+            f"[jupyter-dl] {reason}; restart {attempt} of {jr.options.restarts}, from the last checkpoint in "
+            f"{jr.options.checkpoint_dir}",
+            file=jr.stderr or sys.stderr,
+            flush=True,
+        )
 
     def _keep_results(self, job, work, values, environment, stderr):
         """Save what the job produced with it (jobs.results); a failure to save never fails the cell."""
@@ -288,8 +342,14 @@ class Launcher(Configurable):
             return
         t0 = time.perf_counter()
         try:
-            notes = self.results.save(self.registry.store.job_dir(job.id), values, work.code, job.options,
-                                      {**environment, "hosts": job.hosts}, work.namespace)
+            notes = self.results.save(
+                self.registry.store.job_dir(job.id),
+                values,
+                work.code,
+                job.options,
+                {**environment, "hosts": job.hosts},
+                work.namespace,
+            )
         except Exception as exc:
             notes = [f"results not kept ({type(exc).__name__}: {exc})"]
         job.timings["results_s"] = time.perf_counter() - t0

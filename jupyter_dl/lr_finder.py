@@ -5,6 +5,7 @@ gradients averaged across ranks). Shows loss against learning rate with the sugg
 suggestion as the learning rate to write in the (single-GPU) cell: for a distributed test it is divided by the
 factor `%%distribute --lr-scale` will multiply it by again.
 """
+
 import sys
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ jdl_lr_result = range_test(jdl_lr_model, jdl_lr_x, jdl_lr_y, **jdl_lr_options)
 
 @dataclass
 class LRFinderResult:
-    suggestion: float | None        # the learning rate for the cell (per-rank batch, before --lr-scale)
+    suggestion: float | None  # the learning rate for the cell (per-rank batch, before --lr-scale)
     lrs: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     smoothed: list = field(default_factory=list)
@@ -32,8 +33,7 @@ class LRFinderResult:
         return float(self.suggestion)
 
 
-def lr_find(model, x, y, *, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, n=None, lr_scale="linear",
-            show=None):
+def lr_find(model, x, y, *, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, n=None, lr_scale="linear", show=None):
     """LR range test on `model` (compiled, with a constant learning rate) with data (x, y). Distributed over the
     cluster's engines when one is in use (or n ranks); in the kernel otherwise. The model's weights, optimizer
     state and learning rate are unchanged afterwards. Returns an LRFinderResult; float(result) is the suggestion."""
@@ -66,12 +66,16 @@ def lr_find(model, x, y, *, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
 
 def summary(result, factor, lr_scale) -> str:
     if result.suggestion is None:
-        return (f"[jupyter-dl] lr_find: the loss diverged after {len(result.lrs)} steps, too early to suggest a "
-                f"learning rate; lower start_lr or raise steps")
+        return (
+            f"[jupyter-dl] lr_find: the loss diverged after {len(result.lrs)} steps, too early to suggest a "
+            f"learning rate; lower start_lr or raise steps"
+        )
     text = f"[jupyter-dl] lr_find: suggested learning rate {result.suggestion:.3g}"
     if result.ranks > 1 and factor != 1.0:
-        text += (f" for the cell (the sweep ran on {result.ranks} ranks at {result.suggestion * factor:.3g}; "
-                 f"%%distribute --lr-scale {lr_scale} scales it back up)")
+        text += (
+            f" for the cell (the sweep ran on {result.ranks} ranks at {result.suggestion * factor:.3g}; "
+            f"%%distribute --lr-scale {lr_scale} scales it back up)"
+        )
     return text
 
 
@@ -84,12 +88,19 @@ def figure(result, factor=1.0):
     fig.add_scatter(x=xs, y=result.losses, name="loss", mode="lines", line={"width": 1}, opacity=0.35)
     fig.add_scatter(x=xs, y=result.smoothed, name="smoothed", mode="lines", line={"width": 2})
     if result.suggestion is not None:
-        fig.add_vline(x=result.suggestion, line={"dash": "dash", "color": "#d62728"},
-                      annotation_text=f"suggested {result.suggestion:.3g}")
+        fig.add_vline(
+            x=result.suggestion,
+            line={"dash": "dash", "color": "#d62728"},
+            annotation_text=f"suggested {result.suggestion:.3g}",
+        )
     upper = min(result.smoothed) * 4 if result.smoothed else None
-    fig.update_layout(height=320, margin={"l": 50, "r": 20, "t": 40, "b": 40}, title="learning-rate range test",
-                      xaxis={"type": "log", "title": "learning rate (as written in the cell)"},
-                      yaxis={"title": "loss", "range": [min(result.smoothed) * 0.9, upper] if upper else None})
+    fig.update_layout(
+        height=320,
+        margin={"l": 50, "r": 20, "t": 40, "b": 40},
+        title="learning-rate range test",
+        xaxis={"type": "log", "title": "learning rate (as written in the cell)"},
+        yaxis={"title": "loss", "range": [min(result.smoothed) * 0.9, upper] if upper else None},
+    )
     return fig
 
 

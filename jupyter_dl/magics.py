@@ -1,4 +1,5 @@
 """Notebook magics: thin parsing over the API; every error is one line and starts nothing."""
+
 import os
 import shlex
 
@@ -19,8 +20,12 @@ def _cluster_parser():
     start = sub.add_parser("start", add_help=False)
     start.add_argument("-n", type=_positive_int, default=None)
     start.add_argument("--gpus", default="all")
-    start.add_argument("--engines", default=None, metavar="LAUNCHER",
-                       help="local (default), or an ipyparallel launcher such as slurm, mpi, ssh")
+    start.add_argument(
+        "--engines",
+        default=None,
+        metavar="LAUNCHER",
+        help="local (default), or an ipyparallel launcher such as slurm, mpi, ssh",
+    )
     connect = sub.add_parser("connect", add_help=False)
     connect.add_argument("--profile", default=None)
     connect.add_argument("--cluster-id", dest="cluster_id", default=None)
@@ -51,9 +56,17 @@ def format_jobs(jobs) -> str:
     rows = [("ID", "NAME", "STATE", "RANKS", "PROGRESS", "ELAPSED", "NOTEBOOK")]
     for job in jobs:
         fraction = (job.get("progress") or {}).get("fraction")
-        rows.append((job["id"], job["name"], job["state"], str(job["n"]),
-                     "-" if fraction is None else f"{fraction:.0%}", f"{job['elapsed']:.1f}s",
-                     _shown_path(job.get("notebook"))))
+        rows.append(
+            (
+                job["id"],
+                job["name"],
+                job["state"],
+                str(job["n"]),
+                "-" if fraction is None else f"{fraction:.0%}",
+                f"{job['elapsed']:.1f}s",
+                _shown_path(job.get("notebook")),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
@@ -69,7 +82,7 @@ def _shown_path(path, cwd=None) -> str:
         return relative
     home = os.path.expanduser("~")
     if home not in ("", "/") and path.startswith(home + os.sep):
-        return "~" + path[len(home):]
+        return "~" + path[len(home) :]
     return path
 
 
@@ -80,11 +93,16 @@ def _cancelled_line(error, jobs, store) -> str:
         return f"[jupyter-dl] {error}"
     source = store.cancel_source(job.id) if store is not None else None
     progress = job.progress or {}
-    reached = (f" at epoch {progress['epoch']}/{progress['epochs']}"
-               if progress.get("epoch") is not None and progress.get("epochs") else "")
+    reached = (
+        f" at epoch {progress['epoch']}/{progress['epochs']}"
+        if progress.get("epoch") is not None and progress.get("epochs")
+        else ""
+    )
     where = source or "the jobs panel or %dl_jobs cancel"
-    return (f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
-            f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped")
+    return (
+        f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
+        f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped"
+    )
 
 
 def _duration_text(seconds) -> str:
@@ -113,8 +131,10 @@ def format_status(status: dict) -> str:
         return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
     kind = "started here" if status["owned"] else "connected"
     gpus = f", GPUs {status['gpus']}" if status["gpus"] else ", no GPUs (CPU ranks)"
-    return (f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
-            f"{status['engines']} engines on {_hosts(status) or '-'}{gpus}")
+    return (
+        f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
+        f"{status['engines']} engines on {_hosts(status) or '-'}{gpus}"
+    )
 
 
 def _hosts(status) -> str:
@@ -122,8 +142,9 @@ def _hosts(status) -> str:
     by_host = status.get("engines_by_host") or {host: [] for host in status["hosts"]}
     if len(by_host) == 1:
         return next(iter(by_host))
-    return ", ".join(f"{host} (engine{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))})"
-                     for host, ids in by_host.items())
+    return ", ".join(
+        f"{host} (engine{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))})" for host, ids in by_host.items()
+    )
 
 
 def _compare_parser():
@@ -210,8 +231,10 @@ class DistributeMagics(Magics):
             elif args.action == "cancel":
                 print(f"job {args.job_id}: {service.cancel(args.job_id, source='%dl_jobs cancel')['state']}")
             else:
-                print(service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
-                      end="")
+                print(
+                    service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
+                    end="",
+                )
         except (UsageError, ServiceError) as exc:
             raise IPythonUsageError(str(exc)) from None
 
@@ -224,8 +247,9 @@ class DistributeMagics(Magics):
             return api.compare(args.job_ids, x=args.x)
         except UsageError as exc:
             message = str(exc)  # argparse's errors name the magic already
-            raise IPythonUsageError(message if message.startswith("%dl_compare") else f"%dl_compare: {message}") \
-                from None
+            raise IPythonUsageError(
+                message if message.startswith("%dl_compare") else f"%dl_compare: {message}"
+            ) from None
 
     @line_magic
     def lr_find(self, line):
@@ -236,8 +260,17 @@ class DistributeMagics(Magics):
         try:
             args = _lr_find_parser().parse_args(shlex.split(line))
             model, x, y = _notebook_values(self.shell, "%lr_find", args.model, args.data)
-            result = lr_find(model, x, y, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
-                             batch_size=args.batch_size, n=args.n, show=True)
+            result = lr_find(
+                model,
+                x,
+                y,
+                start_lr=args.start_lr,
+                end_lr=args.end_lr,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                n=args.n,
+                show=True,
+            )
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
         return result.suggestion
@@ -251,8 +284,9 @@ class DistributeMagics(Magics):
             model, x, y = _notebook_values(self.shell, "%dl_recommend", args.model, args.data)
             if getattr(model, "optimizer", None) is None or not model.built:
                 raise UsageError("%dl_recommend: compile and build the model first (keras.Input, or call it once)")
-            recommendation = api.recommend(model, x, y, epochs=args.epochs, batch_size=args.batch_size,
-                                           deadline=args.deadline, probe=args.probe)
+            recommendation = api.recommend(
+                model, x, y, epochs=args.epochs, batch_size=args.batch_size, deadline=args.deadline, probe=args.probe
+            )
         except (UsageError, ValueError) as exc:
             raise IPythonUsageError(str(exc)) from None
         return recommendation
@@ -276,8 +310,9 @@ class DistributeMagics(Magics):
         -- run an unchanged Keras cell as an N-rank Horovod job."""
         try:
             options = parse_distribute_line(line)
-            result = self.session.run(CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell),
-                                      show_view=True)
+            result = self.session.run(
+                CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell), show_view=True
+            )
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
         except JobCancelled as exc:  # asked for by the user: say what stopped, not where in our code

@@ -1,5 +1,6 @@
 """Kernel side: the route between the kernel and ranks on other hosts, found the way horovodrun finds it (by what the
 hosts can actually reach), with `c.Launcher.rendezvous_address` / `network_interface` as overrides."""
+
 import socket
 
 from .errors import UsageError
@@ -26,15 +27,19 @@ def choose_route(probes, candidates, port):
     every rank reached. A rank whose host reached none is named in a one-line error."""
     for rank, found in enumerate(probes):
         if not found["reached"]:
-            raise UsageError(f"host {found['hostname']} (rank {rank}) cannot reach this kernel's rendezvous server "
-                             f"on port {port} at {', '.join(candidates)}; connect the hosts on one network, or set "
-                             f"c.Launcher.rendezvous_address to an address of this host that they can reach")
+            raise UsageError(
+                f"host {found['hostname']} (rank {rank}) cannot reach this kernel's rendezvous server "
+                f"on port {port} at {', '.join(candidates)}; connect the hosts on one network, or set "
+                f"c.Launcher.rendezvous_address to an address of this host that they can reach"
+            )
     for address in candidates:
         if all(address in found["reached"] for found in probes):
             return address, [found["reached"][address] for found in probes]
     reachable = "; ".join(f"{f['hostname']}: {', '.join(f['reached'])}" for f in probes)
-    raise UsageError(f"no address of this host is reachable from every rank's host ({reachable}); set "
-                     f"c.Launcher.rendezvous_address to one they all reach")
+    raise UsageError(
+        f"no address of this host is reachable from every rank's host ({reachable}); set "
+        f"c.Launcher.rendezvous_address to one they all reach"
+    )
 
 
 def ssh_target(host: str) -> str:
@@ -56,5 +61,7 @@ def address_toward(hosts) -> str:
                 return udp.getsockname()[0]
         except OSError as exc:
             tried.append(f"{host} ({exc.strerror or exc})")
-    raise UsageError(f"no route from this host to {', '.join(tried)}; check the host list "
-                     f"(c.SSHEngineSetLauncher.engines), or set c.Cluster.controller_ip to an address they reach")
+    raise UsageError(
+        f"no route from this host to {', '.join(tried)}; check the host list "
+        f"(c.SSHEngineSetLauncher.engines), or set c.Cluster.controller_ip to an address they reach"
+    )

@@ -1,4 +1,5 @@
 """Options of one distributed run, validated in one place for the magic and the Python API alike."""
+
 import argparse
 import os
 import shlex
@@ -21,21 +22,21 @@ class RunOptions:
     output: str = "rank0"
     lr_scale: str = "linear"
     manual: bool = False
-    plot: bool = True             # the live figure and progress bar in the cell (--no-plot turns them off)
-    secrets: tuple = ()           # names only: values are looked up at launch and never stored
+    plot: bool = True  # the live figure and progress bar in the cell (--no-plot turns them off)
+    secrets: tuple = ()  # names only: values are looked up at launch and never stored
     stall_timeout: float | None = None  # seconds in one collective before the job is stopped; None: the trait
-    restarts: int = 0             # how often a failed job is restarted from its last checkpoint
+    restarts: int = 0  # how often a failed job is restarted from its last checkpoint
     checkpoint_dir: str | None = None  # where rank 0 saves a checkpoint every epoch (absolute after validate)
-    balance: str = "auto"         # per-rank batch sizes by measured speed: auto (ranks on several hosts), on, off
-    recommend: bool = False       # probe the cell, show the recommended plan, then run with it (also -n auto)
+    balance: str = "auto"  # per-rank batch sizes by measured speed: auto (ranks on several hosts), on, off
+    recommend: bool = False  # probe the cell, show the recommended plan, then run with it (also -n auto)
     deadline: float | None = None  # seconds the whole training may take, for the recommendation
     # Set from a recommendation, not by users directly:
-    probe: bool = False           # run the cell on one rank up to fit and profile that instead of training
+    probe: bool = False  # run the cell on one rank up to fit and profile that instead of training
     batch_size: int | None = None  # per-rank batch replacing the cell's
-    lr_multiplier: float = 1.0    # learning-rate factor for that batch change
+    lr_multiplier: float = 1.0  # learning-rate factor for that batch change
     device_kind: str | None = None  # only engines of this kind ("cpu", "gpu:<name>") take ranks
-    stream_metrics: bool = True   # engine-side metric streaming; off only to measure its cost
-    pooled: bool = True           # take the job's GPUs from the pool; off only for jupyter-dl's own brief measurements
+    stream_metrics: bool = True  # engine-side metric streaming; off only to measure its cost
+    pooled: bool = True  # take the job's GPUs from the pool; off only for jupyter-dl's own brief measurements
 
     def validate(self):
         if self.n == "auto":
@@ -62,11 +63,15 @@ class RunOptions:
         if not isinstance(self.restarts, int) or self.restarts < 0:
             raise UsageError(f"--restarts must be a whole number >= 0 (got {self.restarts!r})")
         if self.restarts and not self.checkpoint_dir:
-            raise UsageError("--restarts needs --checkpoint-dir DIR: rank 0 saves a checkpoint there every epoch "
-                             "and a restart resumes from it")
+            raise UsageError(
+                "--restarts needs --checkpoint-dir DIR: rank 0 saves a checkpoint there every epoch "
+                "and a restart resumes from it"
+            )
         if self.checkpoint_dir and self.manual:
-            raise UsageError("--checkpoint-dir works through the Keras interception, which --manual turns off; "
-                             "save and load checkpoints yourself in a --manual cell")
+            raise UsageError(
+                "--checkpoint-dir works through the Keras interception, which --manual turns off; "
+                "save and load checkpoints yourself in a --manual cell"
+            )
         if self.checkpoint_dir:
             # Engines may run in another working directory: they get an absolute path.
             self.checkpoint_dir = os.path.abspath(os.path.expanduser(self.checkpoint_dir))
@@ -103,6 +108,7 @@ def _duration(text):
 
 def _number(convert, expected, lowest, inclusive=True, hint=""):
     """An argparse type: `convert` the text, refusing values below `lowest` (or equal to it, when not inclusive)."""
+
     def parse(text):
         try:
             value = convert(text)
@@ -112,6 +118,7 @@ def _number(convert, expected, lowest, inclusive=True, hint=""):
             bound = f"at least {lowest}" if inclusive else f"more than {lowest}"
             raise argparse.ArgumentTypeError(f"must be {bound}{hint}, got {text}")
         return value
+
     return parse
 
 
@@ -123,29 +130,67 @@ _seconds_or_off = _number(float, "seconds (0 turns it off)", 0)
 
 def distribute_parser():
     p = _Parser(prog="%%distribute", add_help=False)
-    p.add_argument("-n", type=_ranks, default=None,
-                   help="number of ranks (default: all engines); auto: the recommended number (see --recommend)")
-    p.add_argument("--recommend", action="store_true",
-                   help="probe the cell, show the recommended devices, batch and learning rate, then run with them")
-    p.add_argument("--deadline", type=_duration, default=None, metavar="30m",
-                   help="with --recommend: the lowest-energy plan finishing within this time")
+    p.add_argument(
+        "-n",
+        type=_ranks,
+        default=None,
+        help="number of ranks (default: all engines); auto: the recommended number (see --recommend)",
+    )
+    p.add_argument(
+        "--recommend",
+        action="store_true",
+        help="probe the cell, show the recommended devices, batch and learning rate, then run with them",
+    )
+    p.add_argument(
+        "--deadline",
+        type=_duration,
+        default=None,
+        metavar="30m",
+        help="with --recommend: the lowest-energy plan finishing within this time",
+    )
     p.add_argument("--name", default=None, help="job name")
     p.add_argument("--backend", choices=BACKENDS, default="horovod")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="SEC", help="stop the job after this many seconds")
-    p.add_argument("--stall-timeout", type=_seconds_or_off, default=None, dest="stall_timeout", metavar="SEC",
-                   help="stop the job when a rank waits this long in a collective the others never enter")
-    p.add_argument("--restarts", type=_count, default=0, metavar="R",
-                   help="after a failure, restart the job up to R times from its last checkpoint")
-    p.add_argument("--checkpoint-dir", default=None, dest="checkpoint_dir", metavar="DIR",
-                   help="rank 0 saves a checkpoint here every epoch; an unfinished one is resumed")
-    p.add_argument("--balance", choices=BALANCE, default="auto",
-                   help="per-rank batch sizes proportional to measured speed (auto: when ranks span hosts)")
+    p.add_argument(
+        "--stall-timeout",
+        type=_seconds_or_off,
+        default=None,
+        dest="stall_timeout",
+        metavar="SEC",
+        help="stop the job when a rank waits this long in a collective the others never enter",
+    )
+    p.add_argument(
+        "--restarts",
+        type=_count,
+        default=0,
+        metavar="R",
+        help="after a failure, restart the job up to R times from its last checkpoint",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        dest="checkpoint_dir",
+        metavar="DIR",
+        help="rank 0 saves a checkpoint here every epoch; an unfinished one is resumed",
+    )
+    p.add_argument(
+        "--balance",
+        choices=BALANCE,
+        default="auto",
+        help="per-rank batch sizes proportional to measured speed (auto: when ranks span hosts)",
+    )
     p.add_argument("--output", choices=OUTPUTS, default="rank0", help="whose output to show")
     p.add_argument("--lr-scale", choices=LR_SCALES, default="linear", dest="lr_scale")
     p.add_argument("--manual", action="store_true", help="no Keras interception; Horovod is initialised")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="no live figure or progress bar")
-    p.add_argument("--secret", dest="secrets", action="append", default=[], metavar="NAME",
-                   help="pass this secret (kernel environment or secrets file) to the ranks' environment")
+    p.add_argument(
+        "--secret",
+        dest="secrets",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this secret (kernel environment or secrets file) to the ranks' environment",
+    )
     return p
 
 

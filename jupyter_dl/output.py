@@ -10,6 +10,7 @@ What native code (TensorFlow's C++ logging, gloo) wrote to a rank's fd 2 arrives
 it goes to the rank logs only, and to the cell too with `--output all`. The user's own prints, warnings and Keras
 progress stream as before.
 """
+
 import os
 import sys
 
@@ -25,8 +26,8 @@ class OutputRelay:
         self._ranks = [0] if show == "rank0" else sorted(results_by_rank)
         self._prefix = show != "rank0"
         self._sinks = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
-        self._seen = {(r, s): "" for r in self._ranks for s in self._sinks}   # text as of the last pump
-        self._lines_done = {key: 0 for key in self._seen}                     # prefix mode: chars of whole lines sent
+        self._seen = {(r, s): "" for r in self._ranks for s in self._sinks}  # text as of the last pump
+        self._lines_done = {key: 0 for key in self._seen}  # prefix mode: chars of whole lines sent
         self._redact = redact  # secrets never reach the cell
         self._native = untag if show == "all" else drop_native  # native lines: shown with --output all only
 
@@ -50,7 +51,7 @@ class OutputRelay:
     def _delta(self, key, text):
         before = self._seen[key]
         if text.startswith(before):
-            return text[len(before):]
+            return text[len(before) :]
         # The unfinished last line was rewritten: return to its start and send its new version.
         common = len(os.path.commonprefix([before, text]))
         line_start = before.rfind("\n", 0, common) + 1

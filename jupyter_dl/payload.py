@@ -5,6 +5,7 @@ Keras models and layers travel through Keras 3's own pickling (a .keras archive 
 and functions they need (keras_objects). A History is sent without its model (which would be pickled twice) and
 re-attached on arrival.
 """
+
 import builtins
 import hashlib
 import types
@@ -18,6 +19,7 @@ from . import keras_objects
 @dataclass
 class Unsendable:
     """Stands in for a value that could not be serialised on the sending side."""
+
     name: str
     reason: str
 
@@ -56,6 +58,7 @@ def is_history(value) -> bool:
 class FunctionPayload:
     """A function defined in the cell, without the globals it read on the engine: it is rebuilt over the receiving
     namespace, so in the notebook it reads the notebook's `model`, not a copy taken when it was sent."""
+
     blob: bytes
     tf_function: dict | None = None  # tf.function options, when it was one
 

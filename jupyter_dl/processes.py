@@ -3,6 +3,7 @@
 A pid alone can be reused by a new process after the old one exits; where the caller recorded the process's start
 time, a process started at another time is not taken for it. A zombie (exited, not yet reaped) is not running.
 Another user's process is running (we may not signal it, but it exists)."""
+
 import psutil
 
 

@@ -1,6 +1,7 @@
 """Secrets for ranks: `--secret NAME` takes a value from the kernel's environment or a secrets file and hands it
 to the ranks' environment for one job. The value never enters the notebook, the job store or the logs: relayed
 output and stored logs are redacted, and names the cell binds to a secret value do not come back."""
+
 import json
 import os
 
@@ -18,15 +19,18 @@ def resolve(names, secrets_file):
             with open(path, encoding="utf-8") as f:
                 from_file = json.load(f)
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read secrets file {path} ({exc}); "
-                             "it must be a JSON object of names to values") from None
+            raise UsageError(
+                f"cannot read secrets file {path} ({exc}); it must be a JSON object of names to values"
+            ) from None
     values = {}
     for name in names:
         value = os.environ.get(name, from_file.get(name))
         if value is None:
             where = path or "a secrets file"
-            raise UsageError(f"secret {name!r} is neither in the kernel's environment nor in {where}; "
-                             f"export it before starting Jupyter or add it to that file (never to the notebook)")
+            raise UsageError(
+                f"secret {name!r} is neither in the kernel's environment nor in {where}; "
+                f"export it before starting Jupyter or add it to that file (never to the notebook)"
+            )
         values[name] = str(value)
     return values
 

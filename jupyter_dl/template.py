@@ -3,6 +3,7 @@
 
 Kinds: tabular (N, F) floats; images (N, H, W[, C]); sequences (N, T, F) floats; token ids (N, T) non-negative
 integers. Tasks: classification (integer or one-hot Y with few values), binary, or regression (float Y)."""
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,12 +18,12 @@ MAX_CLASSES = 1000
 @dataclass
 class DataShape:
     kind: str
-    task: str            # "binary", "classification", "onehot" or "regression"
-    x_shape: tuple       # one sample's shape
-    classes: int = 0     # classification: number of classes
-    outputs: int = 1     # regression: number of targets
-    vocab: int = 0       # tokens: largest id + 1
-    scale: float = 1.0   # images: divide pixels by this (255 for bytes)
+    task: str  # "binary", "classification", "onehot" or "regression"
+    x_shape: tuple  # one sample's shape
+    classes: int = 0  # classification: number of classes
+    outputs: int = 1  # regression: number of targets
+    vocab: int = 0  # tokens: largest id + 1
+    scale: float = 1.0  # images: divide pixels by this (255 for bytes)
     channels_first: bool = False
 
 
@@ -34,8 +35,9 @@ def _as_array(value, name):
     except Exception:  # noqa: BLE001 - anything NumPy cannot take is the same user error
         array = None
     if array is None or array.dtype.kind not in "biuf" or array.ndim == 0:
-        raise UsageError(f"%dl_template: {name} must be a NumPy array or a pandas frame of numbers "
-                         f"(got {type(value).__name__})")
+        raise UsageError(
+            f"%dl_template: {name} must be a NumPy array or a pandas frame of numbers (got {type(value).__name__})"
+        )
     return array
 
 
@@ -58,13 +60,20 @@ def infer_kind(x):
         h, w = x.shape[1:]
         # Near-square and at least 8x8 reads as a grayscale image; otherwise steps x features.
         return "image" if h >= 8 and w >= 8 and 0.5 <= h / w <= 2 else "sequence"
-    raise UsageError(f"%dl_template: X has shape {x.shape}; expected (samples, features), (samples, steps, features),"
-                     f" (samples, height, width[, channels]) or token ids (samples, steps)")
+    raise UsageError(
+        f"%dl_template: X has shape {x.shape}; expected (samples, features), (samples, steps, features),"
+        f" (samples, height, width[, channels]) or token ids (samples, steps)"
+    )
 
 
 def infer_task(y):
-    if y.ndim == 2 and y.shape[1] > 1 and _is_integral(y) and set(np.unique(y[:10_000])) <= {0, 1} and \
-            np.all(y[:10_000].sum(axis=1) == 1):
+    if (
+        y.ndim == 2
+        and y.shape[1] > 1
+        and _is_integral(y)
+        and set(np.unique(y[:10_000])) <= {0, 1}
+        and np.all(y[:10_000].sum(axis=1) == 1)
+    ):
         return "onehot", y.shape[1]
     if y.ndim > 2 or (y.ndim == 2 and y.shape[1] > 1):
         return "regression", int(np.prod(y.shape[1:]))
@@ -113,11 +122,19 @@ def _layers(shape, x_name):
     """(setup lines before the model, the model's layer lines)."""
     s = shape.x_shape
     if shape.kind == "tabular":
-        return (["norm = keras.layers.Normalization()",
-                 f"norm.adapt(np.asarray({x_name}, dtype='float32'))  # feature means/variances from the data"],
-                [f"keras.Input(shape={s!r})", "norm",
-                 "keras.layers.Dense(128, activation='relu')", "keras.layers.Dropout(0.1)",
-                 "keras.layers.Dense(64, activation='relu')"])
+        return (
+            [
+                "norm = keras.layers.Normalization()",
+                f"norm.adapt(np.asarray({x_name}, dtype='float32'))  # feature means/variances from the data",
+            ],
+            [
+                f"keras.Input(shape={s!r})",
+                "norm",
+                "keras.layers.Dense(128, activation='relu')",
+                "keras.layers.Dropout(0.1)",
+                "keras.layers.Dense(64, activation='relu')",
+            ],
+        )
     if shape.kind == "image":
         layers = [f"keras.Input(shape={s!r})"]
         if len(s) == 2:
@@ -127,27 +144,48 @@ def _layers(shape, x_name):
         if shape.scale != 1.0:
             layers.append(f"keras.layers.Rescaling(1 / {shape.scale:g})  # pixels to [0, 1]")
         small = min(s[:2] if not shape.channels_first else s[1:3]) < 16
-        layers += ["keras.layers.Conv2D(32, 3, padding='same', activation='relu')", "keras.layers.MaxPooling2D()",
-                   "keras.layers.Conv2D(64, 3, padding='same', activation='relu')"]
+        layers += [
+            "keras.layers.Conv2D(32, 3, padding='same', activation='relu')",
+            "keras.layers.MaxPooling2D()",
+            "keras.layers.Conv2D(64, 3, padding='same', activation='relu')",
+        ]
         if not small:
-            layers += ["keras.layers.MaxPooling2D()", "keras.layers.Conv2D(128, 3, padding='same', activation='relu')",
-                       "keras.layers.GlobalAveragePooling2D()"]
+            layers += [
+                "keras.layers.MaxPooling2D()",
+                "keras.layers.Conv2D(128, 3, padding='same', activation='relu')",
+                "keras.layers.GlobalAveragePooling2D()",
+            ]
         else:
             layers.append("keras.layers.Flatten()")
         return [], layers + ["keras.layers.Dropout(0.2)", "keras.layers.Dense(128, activation='relu')"]
     if shape.kind == "sequence":
         steps = s if len(s) == 2 else (s[0], 1)  # (N, T) floats: one feature per step
         reshape = [f"keras.layers.Reshape({steps!r})  # one feature per step"] if len(s) == 1 else []
-        return (["norm = keras.layers.Normalization(axis=-1)",
-                 f"norm.adapt(np.asarray({x_name}, dtype='float32').reshape((-1,) + {steps!r}))"],
-                [f"keras.Input(shape={s!r})", *reshape, "norm",
-                 "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
-                 "keras.layers.Conv1D(64, 3, padding='same', activation='relu')",
-                 "keras.layers.GlobalAveragePooling1D()", "keras.layers.Dense(64, activation='relu')"])
-    return ([], [f"keras.Input(shape={s!r}, dtype='int32')",
-                 f"keras.layers.Embedding({shape.vocab}, 64)  # vocabulary: ids 0..{shape.vocab - 1}",
-                 "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
-                 "keras.layers.GlobalMaxPooling1D()", "keras.layers.Dense(64, activation='relu')"])
+        return (
+            [
+                "norm = keras.layers.Normalization(axis=-1)",
+                f"norm.adapt(np.asarray({x_name}, dtype='float32').reshape((-1,) + {steps!r}))",
+            ],
+            [
+                f"keras.Input(shape={s!r})",
+                *reshape,
+                "norm",
+                "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
+                "keras.layers.Conv1D(64, 3, padding='same', activation='relu')",
+                "keras.layers.GlobalAveragePooling1D()",
+                "keras.layers.Dense(64, activation='relu')",
+            ],
+        )
+    return (
+        [],
+        [
+            f"keras.Input(shape={s!r}, dtype='int32')",
+            f"keras.layers.Embedding({shape.vocab}, 64)  # vocabulary: ids 0..{shape.vocab - 1}",
+            "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
+            "keras.layers.GlobalMaxPooling1D()",
+            "keras.layers.Dense(64, activation='relu')",
+        ],
+    )
 
 
 def _head(shape):
@@ -155,24 +193,40 @@ def _head(shape):
     if shape.task == "binary":
         return "keras.layers.Dense(1, activation='sigmoid')", "binary_crossentropy", ["accuracy"]
     if shape.task == "onehot":
-        return (f"keras.layers.Dense({shape.classes}, activation='softmax')", "categorical_crossentropy",
-                ["accuracy"])
+        return (f"keras.layers.Dense({shape.classes}, activation='softmax')", "categorical_crossentropy", ["accuracy"])
     if shape.task == "classification":
-        return (f"keras.layers.Dense({shape.classes}, activation='softmax')", "sparse_categorical_crossentropy",
-                ["accuracy"])
+        return (
+            f"keras.layers.Dense({shape.classes}, activation='softmax')",
+            "sparse_categorical_crossentropy",
+            ["accuracy"],
+        )
     return f"keras.layers.Dense({shape.outputs})", "mse", ["mae"]
 
 
 def _summary(shape, x, y, x_name, y_name):
-    what = {"binary": "2 classes", "onehot": f"{shape.classes} classes (one-hot)",
-            "classification": f"{shape.classes} classes",
-            "regression": f"regression, {shape.outputs} target{'s' if shape.outputs > 1 else ''}"}[shape.task]
-    return (f"# %dl_template: {x_name} {tuple(np.shape(x))} {np.asarray(x).dtype} -> {shape.kind}; "
-            f"{y_name} {tuple(np.shape(y))} -> {what}")
+    what = {
+        "binary": "2 classes",
+        "onehot": f"{shape.classes} classes (one-hot)",
+        "classification": f"{shape.classes} classes",
+        "regression": f"regression, {shape.outputs} target{'s' if shape.outputs > 1 else ''}",
+    }[shape.task]
+    return (
+        f"# %dl_template: {x_name} {tuple(np.shape(x))} {np.asarray(x).dtype} -> {shape.kind}; "
+        f"{y_name} {tuple(np.shape(y))} -> {what}"
+    )
 
 
-def template_code(x, y, x_name="X", y_name="Y", kind=None, task=None, epochs=None, batch_size=None,
-                  distribute_line="%%distribute --recommend"):
+def template_code(
+    x,
+    y,
+    x_name="X",
+    y_name="Y",
+    kind=None,
+    task=None,
+    epochs=None,
+    batch_size=None,
+    distribute_line="%%distribute --recommend",
+):
     """The cell %dl_template writes for arrays x, y bound to x_name, y_name in the notebook."""
     shape = describe(x, y, kind, task)
     setup, layers = _layers(shape, x_name)
@@ -182,15 +236,19 @@ def template_code(x, y, x_name="X", y_name="Y", kind=None, task=None, epochs=Non
     # About 1,000 optimizer steps in all (5 to 20 epochs): enough to learn, short to try; edit to taste.
     epochs = epochs or int(min(20, max(5, round(1000 * batch_size / max(n, 1)))))
     # A layer's comment goes after its comma.
-    body = "\n    ".join(f"{code},  # {note}" if note else f"{code},"
-                          for code, _, note in (layer.partition("  # ") for layer in [*layers, output]))
+    body = "\n    ".join(
+        f"{code},  # {note}" if note else f"{code},"
+        for code, _, note in (layer.partition("  # ") for layer in [*layers, output])
+    )
     imports = "import keras\nimport numpy as np\n" if setup else "import keras\n"
     setup_text = "\n".join(setup) + "\n" if setup else ""
-    return (f"{distribute_line}\n{_summary(shape, x, y, x_name, y_name)}\n{imports}{setup_text}"
-            f"model = keras.Sequential([\n    {body}\n])\n"
-            f"model.compile(optimizer=keras.optimizers.Adam(1e-3), loss={loss!r}, metrics={metrics!r})\n"
-            f"history = model.fit({x_name}, {y_name}, batch_size={batch_size}, epochs={epochs}, "
-            f"validation_split=0.1)\n")
+    return (
+        f"{distribute_line}\n{_summary(shape, x, y, x_name, y_name)}\n{imports}{setup_text}"
+        f"model = keras.Sequential([\n    {body}\n])\n"
+        f"model.compile(optimizer=keras.optimizers.Adam(1e-3), loss={loss!r}, metrics={metrics!r})\n"
+        f"history = model.fit({x_name}, {y_name}, batch_size={batch_size}, epochs={epochs}, "
+        f"validation_split=0.1)\n"
+    )
 
 
 def _parser():
@@ -214,7 +272,8 @@ def dl_template_magic(shell, line):
     missing = [name for name in (args.x, args.y) if name not in shell.user_ns]
     if missing:
         raise UsageError(f"%dl_template: no variable named {', '.join(map(repr, missing))} in the notebook")
-    code = template_code(shell.user_ns[args.x], shell.user_ns[args.y], args.x, args.y, args.kind, args.task,
-                         args.epochs, args.batch_size)
+    code = template_code(
+        shell.user_ns[args.x], shell.user_ns[args.y], args.x, args.y, args.kind, args.task, args.epochs, args.batch_size
+    )
     shell.set_next_input(code, replace=False)
     return code

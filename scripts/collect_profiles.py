@@ -10,6 +10,7 @@ kind of machine you can (on a GPU machine it records that GPU's name as the devi
 Timing is meant to survive a busy machine (tests running beside it): see `collect`. TensorFlow's thread defaults are
 kept, as an engine runs with them; one inter-op thread made repeated collections differ more, not less.
 """
+
 import argparse
 import json
 import os
@@ -25,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def zoo():
     """(name, builder) pairs: MLPs, CNNs, recurrent, text and attention models of different shapes and sizes."""
+
     def mlp(width, depth, inputs=784):
         def build():
             import keras
@@ -32,6 +34,7 @@ def zoo():
             layers = [keras.Input((inputs,))]
             layers += [keras.layers.Dense(width, activation="relu") for _ in range(depth)]
             return keras.Sequential(layers + [keras.layers.Dense(10, activation="softmax")]), (inputs,), 10
+
         return build
 
     def cnn(shape, filters, dense=128):
@@ -41,9 +44,13 @@ def zoo():
             layers = [keras.Input(shape)]
             for f in filters:
                 layers += [keras.layers.Conv2D(f, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D()]
-            layers += [keras.layers.Flatten(), keras.layers.Dense(dense, activation="relu"),
-                       keras.layers.Dense(10, activation="softmax")]
+            layers += [
+                keras.layers.Flatten(),
+                keras.layers.Dense(dense, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
             return keras.Sequential(layers), shape, 10
+
         return build
 
     def rnn(kind, units, steps=40, features=32):
@@ -51,19 +58,28 @@ def zoo():
             import keras
 
             cell = getattr(keras.layers, kind)
-            model = keras.Sequential([keras.Input((steps, features)), cell(units),
-                                      keras.layers.Dense(10, activation="softmax")])
+            model = keras.Sequential(
+                [keras.Input((steps, features)), cell(units), keras.layers.Dense(10, activation="softmax")]
+            )
             return model, (steps, features), 10
+
         return build
 
     def text(vocab=8000, length=100, dims=64):
         def build():
             import keras
 
-            model = keras.Sequential([keras.Input((length,), dtype="int32"), keras.layers.Embedding(vocab, dims),
-                                      keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(64, activation="relu"),
-                                      keras.layers.Dense(2, activation="softmax")])
+            model = keras.Sequential(
+                [
+                    keras.Input((length,), dtype="int32"),
+                    keras.layers.Embedding(vocab, dims),
+                    keras.layers.GlobalAveragePooling1D(),
+                    keras.layers.Dense(64, activation="relu"),
+                    keras.layers.Dense(2, activation="softmax"),
+                ]
+            )
             return model, (length,), 2
+
         return build
 
     def attention(length=64, width=64, heads=4):
@@ -77,25 +93,43 @@ def zoo():
             x = keras.layers.GlobalAveragePooling1D()(x)
             outputs = keras.layers.Dense(10, activation="softmax")(x)
             return keras.Model(inputs, outputs), (length, width), 10
+
         return build
 
     return [
-        ("mlp-64x2", mlp(64, 2)), ("mlp-128x3", mlp(128, 3, inputs=256)), ("mlp-256x2", mlp(256, 2)),
-        ("mlp-768x2", mlp(768, 2, inputs=256)), ("mlp-1024x2", mlp(1024, 2)), ("mlp-512x4", mlp(512, 4)),
-        ("mlp-2048x3", mlp(2048, 3)), ("mlp-512x2", mlp(512, 2)), ("mlp-1536x2", mlp(1536, 2)),
+        ("mlp-64x2", mlp(64, 2)),
+        ("mlp-128x3", mlp(128, 3, inputs=256)),
+        ("mlp-256x2", mlp(256, 2)),
+        ("mlp-768x2", mlp(768, 2, inputs=256)),
+        ("mlp-1024x2", mlp(1024, 2)),
+        ("mlp-512x4", mlp(512, 4)),
+        ("mlp-2048x3", mlp(2048, 3)),
+        ("mlp-512x2", mlp(512, 2)),
+        ("mlp-1536x2", mlp(1536, 2)),
         ("mlp-256x6", mlp(256, 6, inputs=256)),
-        ("cnn-28-16-32", cnn((28, 28, 1), (16, 32))), ("cnn-28-32-64", cnn((28, 28, 1), (32, 64))),
-        ("cnn-32-32-64", cnn((32, 32, 3), (32, 64))), ("cnn-32-32-64-128", cnn((32, 32, 3), (32, 64, 128))),
-        ("cnn-64-16-32-64", cnn((64, 64, 3), (16, 32, 64))), ("cnn-28-8-16", cnn((28, 28, 1), (8, 16))),
-        ("cnn-32-16-32-64-128", cnn((32, 32, 3), (16, 32, 64, 128))), ("cnn-64-32-64", cnn((64, 64, 3), (32, 64))),
-        ("lstm-64", rnn("LSTM", 64)), ("lstm-128", rnn("LSTM", 128, steps=30)), ("gru-64", rnn("GRU", 64, steps=60)),
-        ("gru-128", rnn("GRU", 128)), ("lstm-32", rnn("LSTM", 32, steps=80, features=16)),
-        ("lstm-256", rnn("LSTM", 256, steps=20)), ("gru-32", rnn("GRU", 32, steps=50)),
-        ("gru-96", rnn("GRU", 96, steps=30)), ("simplernn-128", rnn("SimpleRNN", 128, steps=50)),
-        ("text-embedding", text()), ("text-embedding-wide", text(vocab=20000, length=200, dims=128)),
+        ("cnn-28-16-32", cnn((28, 28, 1), (16, 32))),
+        ("cnn-28-32-64", cnn((28, 28, 1), (32, 64))),
+        ("cnn-32-32-64", cnn((32, 32, 3), (32, 64))),
+        ("cnn-32-32-64-128", cnn((32, 32, 3), (32, 64, 128))),
+        ("cnn-64-16-32-64", cnn((64, 64, 3), (16, 32, 64))),
+        ("cnn-28-8-16", cnn((28, 28, 1), (8, 16))),
+        ("cnn-32-16-32-64-128", cnn((32, 32, 3), (16, 32, 64, 128))),
+        ("cnn-64-32-64", cnn((64, 64, 3), (32, 64))),
+        ("lstm-64", rnn("LSTM", 64)),
+        ("lstm-128", rnn("LSTM", 128, steps=30)),
+        ("gru-64", rnn("GRU", 64, steps=60)),
+        ("gru-128", rnn("GRU", 128)),
+        ("lstm-32", rnn("LSTM", 32, steps=80, features=16)),
+        ("lstm-256", rnn("LSTM", 256, steps=20)),
+        ("gru-32", rnn("GRU", 32, steps=50)),
+        ("gru-96", rnn("GRU", 96, steps=30)),
+        ("simplernn-128", rnn("SimpleRNN", 128, steps=50)),
+        ("text-embedding", text()),
+        ("text-embedding-wide", text(vocab=20000, length=200, dims=128)),
         ("text-embedding-mid", text(vocab=12000, length=150, dims=96)),
         ("text-embedding-long", text(vocab=4000, length=400, dims=32)),
-        ("attention-64", attention()), ("attention-96", attention(length=96, width=96, heads=4)),
+        ("attention-64", attention()),
+        ("attention-96", attention(length=96, width=96, heads=4)),
         ("attention-128", attention(length=128, width=128, heads=8)),
         ("attention-32x128", attention(length=32, width=128, heads=4)),
         ("attention-128x64", attention(length=128, width=64, heads=8)),
@@ -163,8 +197,9 @@ def collect(zoo_models, batch_sizes, rounds, window_s):
         print(f"round {round_ + 1}/{rounds} ({time.perf_counter() - start:.1f}s)", flush=True)
     for entry in models:
         windows = entry.pop("windows")
-        entry["rows"] = [{"batch_size": b, "step_s": min(w), "median_s": float(sorted(w)[len(w) // 2])}
-                         for b, w in windows.items()]
+        entry["rows"] = [
+            {"batch_size": b, "step_s": min(w), "median_s": float(sorted(w)[len(w) // 2])} for b, w in windows.items()
+        ]
     return models
 
 
@@ -191,12 +226,25 @@ def main():
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{device.replace(':', '-').replace(' ', '_')}.json"
-    path.write_text(json.dumps({"device": device, "collected": time.strftime("%Y-%m-%d"),
-                                "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                            "python": platform.python_version(), "tensorflow": tf.__version__,
-                                            "rounds": args.rounds, "window_s": args.window,
-                                            "collect_s": round(time.perf_counter() - start)},
-                                "models": models}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                "device": device,
+                "collected": time.strftime("%Y-%m-%d"),
+                "machine": {
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "tensorflow": tf.__version__,
+                    "rounds": args.rounds,
+                    "window_s": args.window,
+                    "collect_s": round(time.perf_counter() - start),
+                },
+                "models": models,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {path} ({time.perf_counter() - start:.0f}s)")
 
 

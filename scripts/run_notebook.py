@@ -1,4 +1,5 @@
 """Execute a notebook top to bottom with nbclient (a real kernel) and save the executed copy under build/."""
+
 import os
 import pathlib
 import sys

@@ -1,4 +1,5 @@
 """Shared fixtures. Everything here is real: a local ipyparallel cluster with 2 engines, Horovod over gloo."""
+
 import os
 import tempfile
 
@@ -44,15 +45,23 @@ def shell(dl_session):
     ip = InteractiveShell.instance()
     ip.run_cell("%load_ext jupyter_dl", store_history=False)
     yield ip
-    for name in [n for n in ip.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit",
-                                                                              "get_ipython")]:
+    for name in [
+        n for n in ip.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
+    ]:
         ip.user_ns.pop(name, None)
 
 
 # The quick tier (`make test-fast`, `pytest -m fast`): modules that need no engines, server, browser or network
 # namespaces, plus, in mixed modules, the tests that use none of the cluster fixtures. Under a minute on 2 cores.
-FAST_MODULES = {"test_cell_analysis", "test_planner", "test_sharding", "test_output_relay", "test_pool",
-                "test_compare", "test_resources"}
+FAST_MODULES = {
+    "test_cell_analysis",
+    "test_planner",
+    "test_sharding",
+    "test_output_relay",
+    "test_pool",
+    "test_compare",
+    "test_resources",
+}
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 
 

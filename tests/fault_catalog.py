@@ -5,6 +5,7 @@ Keras fit (its peer waits in the gradient allreduce), after fit (its peer waits 
 The failing rank writes the moment of injection to a file, so time-to-error is measured from the failure itself.
 Stops (cancel, interrupt) are requested once a rank wrote that it is where the stop should find it.
 """
+
 import os
 import time
 from dataclasses import dataclass, field
@@ -49,12 +50,12 @@ POINTS = {
     "fit": FIT,
     # after fit: the peer waits in a plain eager allreduce
     "after": FIT.replace("RANK in {ranks}", "False")
-             + "if RANK in {ranks}:\n    inject()\n    {action}\nhvd.allreduce(np.ones(1), name='after_fit')\n",
+    + "if RANK in {ranks}:\n    inject()\n    {action}\nhvd.allreduce(np.ones(1), name='after_fit')\n",
     # manual: the peer waits in an eager allreduce from the start
     "allreduce": "if RANK in {ranks}:\n    inject()\n    {action}\nhvd.allreduce(np.ones(1), name='never_met')\n",
     # every rank waits in a different collective
     "deadlock": "inject()\nif RANK == 0:\n    hvd.allreduce(np.ones(3), name='a')\n"
-                "else:\n    hvd.broadcast(np.ones(3), root_rank=1, name='b')\n",
+    "else:\n    hvd.broadcast(np.ones(3), root_rank=1, name='b')\n",
 }
 
 # Restart faults: the rank fails once (a marker file remembers), the restarted job resumes from its checkpoint.
@@ -77,13 +78,13 @@ history = model.fit(x, x.sum(1), epochs=4, batch_size=16, verbose=0, callbacks=[
 @dataclass(frozen=True)
 class Fault:
     name: str
-    point: str                 # a key of POINTS, or "once" (restart faults)
-    action: str                # a key of ACTIONS
-    rank: int = 1              # the rank that fails (-1: all ranks)
+    point: str  # a key of POINTS, or "once" (restart faults)
+    action: str  # a key of ACTIONS
+    rank: int = 1  # the rank that fails (-1: all ranks)
     expect: str = "rank_error"  # rank_error | stalled | timeout | cancelled | interrupted | restarted
-    ename: str = ""            # the exception name the error must carry for rank_error
+    ename: str = ""  # the exception name the error must carry for rank_error
     options: dict = field(default_factory=dict)  # more distribute() keyword arguments
-    stop: str = ""             # "cancel" | "interrupt": requested once the injection file exists
+    stop: str = ""  # "cancel" | "interrupt": requested once the injection file exists
 
     @property
     def kills_engine(self):
@@ -107,10 +108,16 @@ class Fault:
 STALL = {"stall_timeout": 5}
 
 FAULTS = [
-    *(Fault(f"raise-{point}-rank{r}", point, "raise", r, ename="RuntimeError")
-      for point in ("start", "fit", "after") for r in (0, 1)),
-    *(Fault(f"exit-{point}-rank{r}", point, "exit", r, ename="EngineError")
-      for point in ("start", "fit", "after") for r in (0, 1)),
+    *(
+        Fault(f"raise-{point}-rank{r}", point, "raise", r, ename="RuntimeError")
+        for point in ("start", "fit", "after")
+        for r in (0, 1)
+    ),
+    *(
+        Fault(f"exit-{point}-rank{r}", point, "exit", r, ename="EngineError")
+        for point in ("start", "fit", "after")
+        for r in (0, 1)
+    ),
     *(Fault(f"sigkill-fit-rank{r}", "fit", "sigkill", r, ename="EngineError") for r in (0, 1)),
     *(Fault(f"sysexit-fit-rank{r}", "fit", "sysexit", r, ename="SystemExit") for r in (0, 1)),
     Fault("keyboardinterrupt-raised-fit-rank1", "fit", "keyboard", 1, ename="KeyboardInterrupt"),
@@ -120,11 +127,17 @@ FAULTS = [
     Fault("timeout-busy-loop", "fit", "busy", -1, expect="timeout", options={"timeout": 4}),
     Fault("timeout-sleep", "allreduce", "sleep", 1, expect="timeout", options={"timeout": 4, "stall_timeout": 0}),
     Fault("cancel-fit", "fit", "sleep", 1, expect="cancelled", stop="cancel", options={"stall_timeout": 0}),
-    Fault("cancel-allreduce", "allreduce", "sleep", 1, expect="cancelled", stop="cancel",
-          options={"stall_timeout": 0}),
+    Fault("cancel-allreduce", "allreduce", "sleep", 1, expect="cancelled", stop="cancel", options={"stall_timeout": 0}),
     Fault("interrupt-fit", "fit", "sleep", 1, expect="interrupted", stop="interrupt", options={"stall_timeout": 0}),
-    Fault("interrupt-allreduce", "allreduce", "sleep", 1, expect="interrupted", stop="interrupt",
-          options={"stall_timeout": 0}),
+    Fault(
+        "interrupt-allreduce",
+        "allreduce",
+        "sleep",
+        1,
+        expect="interrupted",
+        stop="interrupt",
+        options={"stall_timeout": 0},
+    ),
     Fault("restart-after-exit", "once", "exit", 1, expect="restarted"),
     Fault("restart-after-raise", "once", "raise", 0, expect="restarted"),
 ]
@@ -192,8 +205,7 @@ def run_fault(fault, workdir, n=2):
     started = time.time()
     error = result = None
     try:
-        result = jupyter_dl.distribute(fault.code(workdir), n=n, namespace={}, name=fault.name,
-                                       **fault.kwargs(workdir))
+        result = jupyter_dl.distribute(fault.code(workdir), n=n, namespace={}, name=fault.name, **fault.kwargs(workdir))
     except (Exception, KeyboardInterrupt) as exc:
         error = exc
     return FaultRun(fault, error, result, started, time.time(), injected_at(workdir), stop.get("t"))

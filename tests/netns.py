@@ -5,6 +5,7 @@ process) stays in the root namespace, on the bridge's address.
 Shared by tests/test_multi_host*.py and bench/multi_host.py. Everything made here is removed by `teardown()`: every
 process left in the namespaces, the namespaces, their /etc/netns files, the veths, the bridge and the CPU cgroup.
 """
+
 import contextlib
 import os
 import shutil
@@ -100,17 +101,37 @@ def kill_processes_in(namespace):
 
 def in_host(namespace, hostname, argv):
     """argv run as on that host: in its network namespace, under its own hostname (a UTS namespace of its own)."""
-    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-            f'hostname {hostname} && exec "$@"', "sh", *argv]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        f'hostname {hostname} && exec "$@"',
+        "sh",
+        *argv,
+    ]
 
 
 def start_engines(namespace, hostname, engine_file, count, logs):
     """`count` ipyparallel engines on that host, registering with the controller in `engine_file`."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return [subprocess.Popen(in_host(namespace, hostname, [sys.executable, "-m", "ipyparallel.engine",
-                                                          f"--file={engine_file}", "--log-level=40"]),
-                             env=env, stdout=logs, stderr=subprocess.STDOUT)
-            for _ in range(count)]
+    return [
+        subprocess.Popen(
+            in_host(
+                namespace,
+                hostname,
+                [sys.executable, "-m", "ipyparallel.engine", f"--file={engine_file}", "--log-level=40"],
+            ),
+            env=env,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(count)
+    ]
 
 
 def wait_for_engines(client, count, processes, timeout=120):
@@ -172,15 +193,37 @@ Subsystem sftp internal-sftp
 def ssh_keys(workdir):
     """A host key for the sshds and a client key the test logs in with (both made here, in workdir)."""
     for name in ("host_key", "client_key"):
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"jupyter-dl-test-{name}", "-f",
-           os.path.join(workdir, name))
+        sh(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"jupyter-dl-test-{name}",
+            "-f",
+            os.path.join(workdir, name),
+        )
     return os.path.join(workdir, "client_key")
 
 
 def ssh_options(client_key):
     """ssh/scp arguments that log in with the test's key, without touching the user's known_hosts."""
-    return ["-i", client_key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
-            "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+    return [
+        "-i",
+        client_key,
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ConnectTimeout=5",
+    ]
 
 
 def start_sshd(namespace, hostname, address, workdir, logs):
@@ -190,8 +233,9 @@ def start_sshd(namespace, hostname, address, workdir, logs):
     config = os.path.join(workdir, f"sshd-{hostname}.conf")
     with open(config, "w") as f:
         f.write(SSHD_CONFIG.format(address=address, workdir=workdir, hostname=hostname))
-    return subprocess.Popen(in_host(namespace, hostname, [sshd, "-D", "-e", "-f", config]), stdout=logs,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        in_host(namespace, hostname, [sshd, "-D", "-e", "-f", config]), stdout=logs, stderr=subprocess.STDOUT
+    )
 
 
 def wait_for_ssh(address, client_key, timeout=20):

@@ -1,4 +1,5 @@
 """Real Horovod collectives over gloo on 2 real ipyparallel engines."""
+
 import jupyter_dl
 
 

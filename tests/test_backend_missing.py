@@ -3,6 +3,7 @@
 Each case runs in a fresh interpreter where an import hook makes the named module fail to import, as it does on a
 machine without Horovod or with a Horovod built against another TensorFlow (the test process keeps its Horovod).
 """
+
 import subprocess
 import sys
 import textwrap
@@ -30,10 +31,13 @@ PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("blocked, needle", [
-    ("horovod", "Horovod is not installed"),
-    ("horovod.tensorflow", "Horovod cannot load its TensorFlow ops"),
-])
+@pytest.mark.parametrize(
+    "blocked, needle",
+    [
+        ("horovod", "Horovod is not installed"),
+        ("horovod.tensorflow", "Horovod cannot load its TensorFlow ops"),
+    ],
+)
 def test_missing_backend_names_the_setup_command_and_starts_nothing(blocked, needle):
     done = subprocess.run([sys.executable, "-c", PROBE, blocked], capture_output=True, text=True, timeout=300)
     lines = done.stdout.splitlines()

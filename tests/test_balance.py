@@ -1,4 +1,5 @@
 """--balance: per-rank batch sizes by measured speed, with gradients weighted so the update is unchanged."""
+
 import re
 
 import numpy as np
@@ -41,7 +42,7 @@ def _weighted_step(batches):
     x = np.random.default_rng(1).normal(size=(sum(batches), 4)).astype("float32")
     y = np.random.default_rng(2).normal(size=(sum(batches), 3)).astype("float32")
     start = sum(batches[:rank])
-    xb, yb = x[start:start + batches[rank]], y[start:start + batches[rank]]
+    xb, yb = x[start : start + batches[rank]], y[start : start + batches[rank]]
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(xb) - yb))
     grads = tape.gradient(loss, model.trainable_variables)
@@ -68,7 +69,9 @@ def test_weighted_average_of_uneven_batches_equals_the_full_batch_gradient(dl_se
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-SLOWED_FIT = DEVICE_TIME_LAYER + """
+SLOWED_FIT = (
+    DEVICE_TIME_LAYER
+    + """
 import horovod.tensorflow as hvd
 
 keras.utils.set_random_seed(0)
@@ -80,6 +83,7 @@ model.compile(keras.optimizers.Adam(0.002), "sparse_categorical_crossentropy", m
 history = model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0)
 checksum = hvd.allgather_object(float(sum(np.abs(v.numpy()).sum() for v in model.trainable_variables)))
 """
+)
 
 
 def test_balance_on_gives_the_slow_rank_a_smaller_batch_and_keeps_ranks_in_step(dl_session, digits, capsys):

@@ -6,6 +6,7 @@ Everything is real: `jupyter lab` with the extension, a kernel, a local ipyparal
 Only the long job of the loss-plot test is written straight into the job store (its metrics as a running job
 writes them), so the test need not train for minutes. Screenshots go to tests/artifacts/.
 """
+
 import os
 import pathlib
 import re
@@ -47,13 +48,20 @@ def _free_port():
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     data_dir = tmp_path_factory.mktemp("data")
-    nb = new_notebook(cells=[
-        new_code_cell("%load_ext jupyter_dl\nfrom sklearn.datasets import load_digits\n"
-                      "d = load_digits(); x_small = (d.data / 16).astype('float32'); y_small = d.target"),
-        new_code_cell(TRAIN),
-        new_code_cell("%%distribute -n 2 --manual --name after-cancel\nimport horovod.tensorflow as hvd\n"
-                      "print('ranks after cancel:', hvd.size())"),
-    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "%load_ext jupyter_dl\nfrom sklearn.datasets import load_digits\n"
+                "d = load_digits(); x_small = (d.data / 16).astype('float32'); y_small = d.target"
+            ),
+            new_code_cell(TRAIN),
+            new_code_cell(
+                "%%distribute -n 2 --manual --name after-cancel\nimport horovod.tensorflow as hvd\n"
+                "print('ranks after cancel:', hvd.size())"
+            ),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
     (root / NOTEBOOK_DIR).mkdir()
     nbformat.write(nb, root / NOTEBOOK_DIR / "job.ipynb")
     token, port = secrets.token_hex(16), _free_port()
@@ -61,15 +69,28 @@ def lab(tmp_path_factory):
     # No "get notified about Jupyter news?" toast over the screenshots.
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false"}')
+        '{"fetchNews": "false"}'
+    )
     env = {**os.environ, "JUPYTER_DATA_DIR": str(data_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
     log = open(root / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         f"--LabApp.workspaces_dir={tmp_path_factory.mktemp('workspaces')}",  # no layout restored from earlier runs
-         f"--LabApp.user_settings_dir={settings}"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            f"--LabApp.workspaces_dir={tmp_path_factory.mktemp('workspaces')}",  # no layout restored from earlier runs
+            f"--LabApp.user_settings_dir={settings}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     import requests
 
@@ -96,9 +117,19 @@ def page(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
         page.goto(f"{lab['url']}/lab/tree/{NOTEBOOK_DIR.replace(' ', '%20')}/job.ipynb?token={lab['token']}")
@@ -110,8 +141,11 @@ def page(lab):
 def _api(lab, *path):
     import requests
 
-    response = requests.get("/".join([lab["url"], "jupyter-dl", "api", *path]),
-                            headers={"Authorization": f"token {lab['token']}"}, timeout=10)
+    response = requests.get(
+        "/".join([lab["url"], "jupyter-dl", "api", *path]),
+        headers={"Authorization": f"token {lab['token']}"},
+        timeout=10,
+    )
     response.raise_for_status()
     return response.json()
 
@@ -122,11 +156,13 @@ def _run_cell(page, index, wait_done=False, timeout=120_000):
     page.keyboard.press("Shift+Enter")
     prompt = cell.locator(".jp-InputPrompt")
     # Wait until the kernel took the cell: its prompt turns from [ ] to [*] (running) or [n] (done).
-    page.wait_for_function("(el) => /\\[(\\*|\\d+)\\]/.test(el.textContent)", arg=prompt.element_handle(),
-                           timeout=timeout)
+    page.wait_for_function(
+        "(el) => /\\[(\\*|\\d+)\\]/.test(el.textContent)", arg=prompt.element_handle(), timeout=timeout
+    )
     if wait_done:
-        page.wait_for_function("(el) => /\\[\\d+\\]/.test(el.textContent)", arg=prompt.element_handle(),
-                               timeout=timeout)
+        page.wait_for_function(
+            "(el) => /\\[\\d+\\]/.test(el.textContent)", arg=prompt.element_handle(), timeout=timeout
+        )
 
 
 @pytest.fixture
@@ -157,8 +193,7 @@ def _open_panel(page):
 
 
 def _current_tab(page, title, timeout=30_000):
-    page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current", has_text=title).first.wait_for(
-        timeout=timeout)
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current", has_text=title).first.wait_for(timeout=timeout)
 
 
 def _no_error_dialog(page):
@@ -182,9 +217,11 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     page.wait_for_selector('#jp-dl-jobs-panel li.jp-dl-job[data-state="running"]', timeout=240_000)
 
     progress = row.locator(".jp-dl-job-progress")
+
     def fraction():
         value = progress.get_attribute("data-fraction")
         return float(value) if value not in (None, "", "null") else 0.0
+
     first = fraction()
     deadline = time.monotonic() + 60
     while fraction() <= first and time.monotonic() < deadline:
@@ -192,21 +229,27 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     second = fraction()
     assert second > first, (first, second)  # the progress bar moves while the job trains
     panel.screenshot(path=str(ARTIFACTS / "jobs-panel-running.png"))
+
     # At the default sidebar width: progress and timing one line each, read whole (not cut), all row actions
     # (Cancel too) on one line, a start time, and a percent that reads what the bar shows.
     def top(locator):
         return round(locator.bounding_box()["y"])
+
     for part in (".jp-dl-job-stats", ".jp-dl-job-timing"):
         line = float(row.locator(part).evaluate("el => parseFloat(getComputedStyle(el).lineHeight) || 18"))
         assert row.locator(part).bounding_box()["height"] < 1.6 * line, part
-    cut = row.evaluate("el => [...el.querySelectorAll('.jp-dl-job-epoch, .jp-dl-job-timing > span')]"
-                       ".filter(s => s.textContent && s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)")
+    cut = row.evaluate(
+        "el => [...el.querySelectorAll('.jp-dl-job-epoch, .jp-dl-job-timing > span')]"
+        ".filter(s => s.textContent && s.scrollWidth > s.clientWidth + 1).map(s => s.textContent)"
+    )
     assert not cut, cut
     tops = {top(row.locator(f"button.{name}")) for name in ("jp-dl-logs", "jp-dl-plot", "jp-dl-cancel")}
     assert len(tops) == 1, tops
     assert re.fullmatch(r"\d\d:\d\d:\d\d", row.locator(".jp-dl-job-started").inner_text())
-    percent, bar = row.evaluate("el => [el.querySelector('.jp-dl-job-percent').textContent,"
-                                " Number(el.querySelector('.jp-dl-job-progress').dataset.fraction)]")
+    percent, bar = row.evaluate(
+        "el => [el.querySelector('.jp-dl-job-percent').textContent,"
+        " Number(el.querySelector('.jp-dl-job-progress').dataset.fraction)]"
+    )
     assert abs(float(percent.rstrip("%")) - 100 * bar) < (0.6 if bar < 0.1 else 1.0), (percent, bar)
     assert row.locator(".jp-dl-job-rate").get_attribute("title").startswith("Samples per second over the last")
     live_width = cell.locator(".js-plotly-plot").first.bounding_box()["width"]
@@ -218,8 +261,11 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     row.locator("button.jp-dl-cancel").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=10_000)
-    page.wait_for_function("() => !!document.activeElement && !!document.activeElement.closest('.jp-Dialog')"
-                           " && document.activeElement.tagName === 'BUTTON'", timeout=10_000)
+    page.wait_for_function(
+        "() => !!document.activeElement && !!document.activeElement.closest('.jp-Dialog')"
+        " && document.activeElement.tagName === 'BUTTON'",
+        timeout=10_000,
+    )
     focused = page.evaluate("() => document.activeElement.textContent.trim()")
     assert focused == "Keep running", focused
     page.screenshot(path=str(ARTIFACTS / "cancel-dialog.png"))
@@ -231,8 +277,9 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
 
     row.locator("button.jp-dl-cancel").click()
     page.locator(".jp-Dialog button.jp-mod-accept").click()
-    page.wait_for_selector(f'#jp-dl-jobs-panel li.jp-dl-job[data-job-id="{job_id}"][data-state="cancelled"]',
-                           timeout=30_000)
+    page.wait_for_selector(
+        f'#jp-dl-jobs-panel li.jp-dl-job[data-job-id="{job_id}"][data-state="cancelled"]', timeout=30_000
+    )
     panel.screenshot(path=str(ARTIFACTS / "jobs-panel-cancelled.png"))
     job = _api(lab, "jobs", job_id)
     assert job["state"] == "cancelled"
@@ -250,16 +297,21 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     # No native TensorFlow/absl lines from the ranks (they are in the rank logs); the cold start reads as progress.
     assert not NATIVE_LINE.search(shown), NATIVE_LINE.search(shown).group(0)
     started = cell.locator(".jp-OutputArea-output", has_text="started a local cluster")
-    assert started.count() == 1 and started.get_attribute("data-mime-type") == "application/vnd.jupyter.stdout", \
-        [started.nth(i).get_attribute("data-mime-type") for i in range(started.count())]
+    assert started.count() == 1 and started.get_attribute("data-mime-type") == "application/vnd.jupyter.stdout", [
+        started.nth(i).get_attribute("data-mime-type") for i in range(started.count())
+    ]
     cell.locator(".js-plotly-plot").first.wait_for(timeout=30_000)  # the static figure of what it trained
     static_width = cell.locator(".js-plotly-plot").first.bounding_box()["width"]
     assert abs(static_width - live_width) < 2, (live_width, static_width)  # no jump when the job ends
     cell.screenshot(path=str(ARTIFACTS / "cell-cancelled-light.png"))
     import requests
 
-    rank_log = requests.get(f"{lab['url']}/jupyter-dl/api/jobs/{job_id}/logs", params={"stream": "stderr"},
-                            headers={"Authorization": f"token {lab['token']}"}, timeout=10).json()["text"]
+    rank_log = requests.get(
+        f"{lab['url']}/jupyter-dl/api/jobs/{job_id}/logs",
+        params={"stream": "stderr"},
+        headers={"Authorization": f"token {lab['token']}"},
+        timeout=10,
+    ).json()["text"]
     assert "\x1e" not in rank_log  # native lines, where any were written, are kept there as plain lines
 
     # The engines run the next cell: all ranks were stopped.
@@ -272,8 +324,7 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     after.wait_for(timeout=30_000)
     after_id = after.get_attribute("data-job-id")
     after.locator("button.jp-dl-logs").click()
-    page.wait_for_selector(f"#jp-dl-logs-{after_id} .jp-dl-log-text:has-text('ranks after cancel: 2')",
-                           timeout=30_000)
+    page.wait_for_selector(f"#jp-dl-logs-{after_id} .jp-dl-log-text:has-text('ranks after cancel: 2')", timeout=30_000)
     row.locator("button.jp-dl-plot").click()
     page.wait_for_selector(f"#jp-dl-plot-{job_id} svg.jp-dl-chart path", timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "loss-plot-tab.png"))
@@ -306,7 +357,8 @@ def test_notebook_opens_from_the_panel(lab, page, on_failure_evidence):
     kernel_dialog.locator("button", has_text="No Kernel").click()
     kernel_dialog.wait_for(state="detached", timeout=10_000)
     page.locator(".jp-NotebookPanel .jp-Cell", has_text="the other notebook").first.wait_for(
-        state="visible", timeout=30_000)
+        state="visible", timeout=30_000
+    )
     _no_error_dialog(page)
 
     # The notebook that ran the real job, open behind the other tab, comes back to the front.
@@ -329,8 +381,17 @@ def _synthetic_records(first_epoch, epochs, steps):
             i = epoch * steps + k
             loss = 2.0 / (1 + i / 500)
             mean = loss if k == 0 else mean + (loss - mean) / (k + 1)
-            records.append({"kind": "batch", "t": time.time(), "rank": 0, "epoch": epoch, "step": k + 1,
-                            "steps": steps, "logs": {"loss": mean}})
+            records.append(
+                {
+                    "kind": "batch",
+                    "t": time.time(),
+                    "rank": 0,
+                    "epoch": epoch,
+                    "step": k + 1,
+                    "steps": steps,
+                    "logs": {"loss": mean},
+                }
+            )
         records.append({"kind": "epoch", "t": time.time(), "rank": 0, "epoch": epoch, "logs": {"loss": mean}})
     return records
 
@@ -348,8 +409,11 @@ def test_long_running_job_loss_tab_draws_within_2s(lab, page, on_failure_evidenc
     job.transition("running")
     job.progress = {"epoch": done, "epochs": 400, "step": steps, "steps": steps, "fraction": done / 400}
     store.save(job)
-    store.append_metrics(job.id, [{"kind": "begin", "rank": r, "t": time.time(), "epochs": 400, "steps": steps}
-                                  for r in range(2)] + _synthetic_records(0, done, steps))
+    store.append_metrics(
+        job.id,
+        [{"kind": "begin", "rank": r, "t": time.time(), "epochs": 400, "steps": steps} for r in range(2)]
+        + _synthetic_records(0, done, steps),
+    )
     total = (store.job_dir(job.id) / "metrics.jsonl").read_text().count("\n")
     assert total > 5000
 
@@ -378,8 +442,10 @@ def test_long_running_job_loss_tab_draws_within_2s(lab, page, on_failure_evidenc
         row = panel.locator(f'li.jp-dl-job[data-job-id="{job.id}"]')
         row.wait_for(timeout=30_000)
         cdp.send("Network.enable")
-        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 500, "downloadThroughput": -1,
-                                                      "uploadThroughput": -1})
+        cdp.send(
+            "Network.emulateNetworkConditions",
+            {"offline": False, "latency": 500, "downloadThroughput": -1, "uploadThroughput": -1},
+        )
         started = time.monotonic()
         row.locator("button.jp-dl-plot").click()
         page.wait_for_selector(f"#jp-dl-plot-{job.id} svg.jp-dl-chart path.jp-dl-chart-step", timeout=30_000)
@@ -393,8 +459,10 @@ def test_long_running_job_loss_tab_draws_within_2s(lab, page, on_failure_evidenc
 
         first = steps_shown()
         page.screenshot(path=str(ARTIFACTS / "loss-plot-long-job.png"))
-        print(f"loss tab of a {total}-record running job drawn in {took:.2f}s after {before_draw} metrics "
-              f"request(s); {first} steps on the first draw")
+        print(
+            f"loss tab of a {total}-record running job drawn in {took:.2f}s after {before_draw} metrics "
+            f"request(s); {first} steps on the first draw"
+        )
         assert took < 2.0, f"drawn after {took:.2f}s and {before_draw} requests"
         assert first >= done * steps * 0.5  # the first draw holds at least the first page, not a sliver
         deadline = time.monotonic() + 30
@@ -402,8 +470,10 @@ def test_long_running_job_loss_tab_draws_within_2s(lab, page, on_failure_evidenc
             time.sleep(0.25)
         assert steps_shown() > first, "the loss tab stopped following the running job"
     finally:
-        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
-                                                      "uploadThroughput": -1})
+        cdp.send(
+            "Network.emulateNetworkConditions",
+            {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+        )
         cdp.detach()
         page.remove_listener("request", on_request)
         stop.set()
@@ -447,8 +517,7 @@ def test_dark_theme_keeps_an_older_figure_readable(lab, page, on_failure_evidenc
     ARTIFACTS.mkdir(exist_ok=True)
     panel = _open_panel(page)
     panel.locator("li.jp-dl-job").first.wait_for(timeout=30_000)
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', "
-                  f"{{path: '{NOTEBOOK_DIR}/job.ipynb'}})")
+    page.evaluate(f"() => window.jupyterapp.commands.execute('docmanager:open', {{path: '{NOTEBOOK_DIR}/job.ipynb'}})")
     _current_tab(page, "job.ipynb")
     cell = page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1)
     figure = cell.locator(".js-plotly-plot").first
@@ -463,16 +532,18 @@ def test_dark_theme_keeps_an_older_figure_readable(lab, page, on_failure_evidenc
     figure.scroll_into_view_if_needed()
     panel.screenshot(path=str(ARTIFACTS / "jobs-panel-dark.png"))
     cell.screenshot(path=str(ARTIFACTS / "cell-dark.png"))
-    texts = figure.locator("svg.main-svg text.gtitle, svg.main-svg g.xtick text, svg.main-svg g.ytick text, "
-                           "svg.main-svg text.legendtext")
+    texts = figure.locator(
+        "svg.main-svg text.gtitle, svg.main-svg g.xtick text, svg.main-svg g.ytick text, svg.main-svg text.legendtext"
+    )
     assert texts.count() >= 3
     readings = [texts.nth(i).evaluate(_CONTRAST) for i in range(min(texts.count(), 12))]
     worst = min(readings, key=lambda r: r["ratio"])
     print("worst figure text contrast in dark:", worst)
     assert worst["ratio"] >= 4.5, worst
     # The panel itself follows the theme: its job names read on the sidebar.
-    name = panel.locator(".jp-dl-job-name").first.evaluate(_CONTRAST.replace("getComputedStyle(el).fill",
-                                                                             "getComputedStyle(el).color"))
+    name = panel.locator(".jp-dl-job-name").first.evaluate(
+        _CONTRAST.replace("getComputedStyle(el).fill", "getComputedStyle(el).color")
+    )
     assert name["ratio"] >= 4.5, name
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
 
@@ -491,8 +562,11 @@ def test_cluster_rows_and_clearing_finished_jobs(lab, page, on_failure_evidence)
     row.locator("button.jp-dl-cluster-stop").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=10_000)
-    page.wait_for_function("() => !!document.activeElement && !!document.activeElement.closest('.jp-Dialog')"
-                           " && document.activeElement.tagName === 'BUTTON'", timeout=10_000)
+    page.wait_for_function(
+        "() => !!document.activeElement && !!document.activeElement.closest('.jp-Dialog')"
+        " && document.activeElement.tagName === 'BUTTON'",
+        timeout=10_000,
+    )
     assert page.evaluate("() => document.activeElement.textContent.trim()") == "Keep running"
     page.keyboard.press("Enter")
     dialog.wait_for(state="detached", timeout=10_000)
@@ -507,9 +581,11 @@ def test_cluster_rows_and_clearing_finished_jobs(lab, page, on_failure_evidence)
     assert finished.count() == 0
     assert panel.locator("button.jp-dl-show-cleared").inner_text().startswith(f"Show {before} cleared")
     panel.locator("button.jp-dl-show-cleared").click()
-    page.wait_for_function(f"() => document.querySelectorAll(\"#jp-dl-jobs-panel li.jp-dl-job[data-state='cancelled'],"
-                           f" #jp-dl-jobs-panel li.jp-dl-job[data-state='succeeded']\").length === {before}",
-                           timeout=10_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll(\"#jp-dl-jobs-panel li.jp-dl-job[data-state='cancelled'],"
+        f" #jp-dl-jobs-panel li.jp-dl-job[data-state='succeeded']\").length === {before}",
+        timeout=10_000,
+    )
 
 
 def _kept_job(store, name="kept-job"):
@@ -521,8 +597,16 @@ def _kept_job(store, name="kept-job"):
     t0 = time.time()
     records = _synthetic_records(0, 2, 20)
     for i in range(20):  # rank 1 grows its memory: what the panel must make visible at a glance
-        records += [{"kind": "resources", "rank": r, "t": t0 + i * 0.25, "cpu": 90.0 - 10 * r,
-                     "rss_mb": 500.0 + (i * 20 if r == 1 else 0)} for r in range(2)]
+        records += [
+            {
+                "kind": "resources",
+                "rank": r,
+                "t": t0 + i * 0.25,
+                "cpu": 90.0 - 10 * r,
+                "rss_mb": 500.0 + (i * 20 if r == 1 else 0),
+            }
+            for r in range(2)
+        ]
     store.append_metrics(job.id, records)
     (store.job_dir(job.id) / "results" / "models").mkdir(parents=True)
     (store.job_dir(job.id) / "results" / "models" / "model.keras").write_bytes(b"PK kept model bytes")
@@ -559,12 +643,14 @@ def test_kept_job_shows_resources_and_loads_and_downloads_its_model(lab, page, o
     before = cells.count()
     cells.nth(0).locator(".jp-InputPrompt").click()
     row.locator("button.jp-dl-load-model").click()
-    page.wait_for_function(f"() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === {before + 1}",
-                           timeout=10_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === {before + 1}", timeout=10_000
+    )
     inserted = cells.nth(1)
     expected = f'model = jupyter_dl.load_job("{job.id}").models["model"]'
-    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
-                           arg=[inserted.element_handle(), expected], timeout=10_000)
+    page.wait_for_function(
+        "([el, text]) => el.textContent.includes(text)", arg=[inserted.element_handle(), expected], timeout=10_000
+    )
     assert "import jupyter_dl" in inserted.inner_text()
     assert "jp-CodeCell" in inserted.get_attribute("class")
 
@@ -607,8 +693,11 @@ def test_selected_jobs_open_a_compare_tab_with_curves_and_table(lab, page, on_fa
     view.locator('tr[data-name="loss"]').wait_for(timeout=5_000)
 
     page.locator("select.jp-dl-compare-x:visible").select_option("epoch")
-    page.wait_for_function("() => [...document.querySelectorAll('.jp-dl-CompareView .jp-dl-chart-xlabel')]"
-                           ".some(el => el.textContent === 'epoch')", timeout=10_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-dl-CompareView .jp-dl-chart-xlabel')]"
+        ".some(el => el.textContent === 'epoch')",
+        timeout=10_000,
+    )
     page.screenshot(path=str(ARTIFACTS / "compare-tab.png"))
     _no_error_dialog(page)
 
@@ -616,7 +705,11 @@ def test_selected_jobs_open_a_compare_tab_with_curves_and_table(lab, page, on_fa
 def _api_compare(lab, ids):
     import requests
 
-    response = requests.get(f"{lab['url']}/jupyter-dl/api/compare", params={"ids": ",".join(ids)},
-                            headers={"Authorization": f"token {lab['token']}"}, timeout=10)
+    response = requests.get(
+        f"{lab['url']}/jupyter-dl/api/compare",
+        params={"ids": ",".join(ids)},
+        headers={"Authorization": f"token {lab['token']}"},
+        timeout=10,
+    )
     response.raise_for_status()
     return response.json()

@@ -1,4 +1,5 @@
 """A cancel sent to the REST API (as the panel does) reaches a job running in a kernel and stops all its ranks."""
+
 import threading
 import time
 

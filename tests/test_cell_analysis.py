@@ -1,4 +1,5 @@
 """What a cell reads and binds decides what travels; pure functions, no engines needed."""
+
 import pytest
 
 from jupyter_dl.cell import analyse, shippable_reads

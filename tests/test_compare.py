@@ -1,5 +1,6 @@
 """Comparing runs: `%dl_compare` of a real `-n 1` and `-n 2` run of one cell shows both runs' curves and the scaling
 efficiency; the table logic from store records (what differs, final metrics, efficiency, restarts); bad input."""
+
 import json
 
 import pytest
@@ -62,9 +63,15 @@ def test_dl_compare_of_a_one_and_a_two_rank_run_shows_both_curves_and_the_effici
     assert _row(data, "global batch size")["values"] == [32, 64]
     assert _row(data, "learning-rate factor")["text"] == ["x1 (linear)", "x2 (linear)"]
     assert _names(data, "final metrics") == ["loss", "accuracy"]
-    assert _row(data, "loss")["values"] == [pytest.approx(v) for v in
-                                            (json.load(open(api.session().store.job_dir(i) / "results" / "history" /
-                                                            "history.json"))["history"]["loss"][-1] for i in ids)]
+    assert _row(data, "loss")["values"] == [
+        pytest.approx(v)
+        for v in (
+            json.load(open(api.session().store.job_dir(i) / "results" / "history" / "history.json"))["history"]["loss"][
+                -1
+            ]
+            for i in ids
+        )
+    ]
     rates = _row(data, "samples/s")["values"]
     efficiency = _row(data, "scaling efficiency")
     assert efficiency["values"][0] == pytest.approx(1.0)
@@ -84,23 +91,50 @@ def test_dl_compare_of_a_one_and_a_two_rank_run_shows_both_curves_and_the_effici
 
 
 # --------------------------------------------------------------------------------- table logic, store records
-def _job(store, n, cell="x = 1", sps_per_rank=100.0, epochs=2, steps=10, batch=32, losses=(1.0, 0.5),
-         name="run", state="succeeded", options=None, lr_scale="linear", job_id=None):
+def _job(
+    store,
+    n,
+    cell="x = 1",
+    sps_per_rank=100.0,
+    epochs=2,
+    steps=10,
+    batch=32,
+    losses=(1.0, 0.5),
+    name="run",
+    state="succeeded",
+    options=None,
+    lr_scale="linear",
+    job_id=None,
+):
     """A job in the store as the launcher leaves it: job.json, metrics.jsonl, and the kept cell source."""
     options = {"n": n, "lr_scale": lr_scale, "output": "rank0", "manual": False, "plot": True, **(options or {})}
     job = Job(name=name, n=n, options=options, **({"id": job_id} if job_id else {}))
     job.transition("starting")
-    records = [{"kind": "begin", "rank": r, "t": 1000.0, "epochs": epochs, "steps": steps, "batch_size": batch,
-                "samples_per_epoch": steps * batch, "initial_epoch": 0} for r in range(n)]
+    records = [
+        {
+            "kind": "begin",
+            "rank": r,
+            "t": 1000.0,
+            "epochs": epochs,
+            "steps": steps,
+            "batch_size": batch,
+            "samples_per_epoch": steps * batch,
+            "initial_epoch": 0,
+        }
+        for r in range(n)
+    ]
     t = 1000.0
     for epoch in range(epochs):
         for step in range(1, steps + 1):
             t += 0.1
-            records.append({"kind": "batch", "t": t, "epoch": epoch, "step": step, "steps": steps,
-                            "logs": {"loss": losses[epoch]}})
+            records.append(
+                {"kind": "batch", "t": t, "epoch": epoch, "step": step, "steps": steps, "logs": {"loss": losses[epoch]}}
+            )
         records.append({"kind": "epoch", "t": t, "epoch": epoch, "logs": {"loss": losses[epoch], "accuracy": 0.5}})
-    records += [{"kind": "throughput", "rank": r, "t": t, "epoch": epochs - 1, "samples": 1000,
-                 "seconds": 1000 / sps_per_rank} for r in range(n)]
+    records += [
+        {"kind": "throughput", "rank": r, "t": t, "epoch": epochs - 1, "samples": 1000, "seconds": 1000 / sps_per_rank}
+        for r in range(n)
+    ]
     store.append_metrics(job.id, records)
     if cell is not None:
         (store.job_dir(job.id) / "results").mkdir(parents=True)
@@ -149,13 +183,18 @@ def test_only_settings_that_differ_are_listed(store):
     b = _job(store, 2, batch=64, options={"timeout": 60.0, "balance": "on"}, lr_scale="sqrt")
     data = compare_jobs(store, [a.id, b.id])
     settings = {r["name"]: r["text"] for r in data["table"] if r["section"] == "settings"}
-    assert settings == {"batch size per rank": ["32", "64"], "global batch size": ["64", "128"],
-                        "samples per epoch per rank": ["320", "640"],
-                        "learning-rate factor": ["x2 (linear)", "x1.41 (sqrt)"], "balance": ["auto", "on"]}
+    assert settings == {
+        "batch size per rank": ["32", "64"],
+        "global batch size": ["64", "128"],
+        "samples per epoch per rank": ["320", "640"],
+        "learning-rate factor": ["x2 (linear)", "x1.41 (sqrt)"],
+        "balance": ["auto", "on"],
+    }
     same = compare_jobs(store, [a.id, _job(store, 2, options={"timeout": 60.0, "balance": "auto"}).id])
     assert _names(same, "settings") == []
-    assert "settings: the same in every run" in __import__("jupyter_dl.live.compare_figure",
-                                                           fromlist=["table_text"]).table_text(same)
+    assert "settings: the same in every run" in __import__(
+        "jupyter_dl.live.compare_figure", fromlist=["table_text"]
+    ).table_text(same)
 
 
 def test_curves_carry_steps_epochs_and_time_and_recover_per_batch_losses(store):
@@ -177,15 +216,19 @@ def test_curves_carry_steps_epochs_and_time_and_recover_per_batch_losses(store):
 def test_a_restart_drops_what_its_checkpoint_did_not_keep():
     records = [{"kind": "begin", "rank": 0, "t": 0.0, "epochs": 3, "steps": 2, "batch_size": 8, "initial_epoch": 0}]
     for epoch in range(2):  # epochs 1 and 2 ran, then a failure: the checkpoint holds epoch 1 only
-        records += [{"kind": "batch", "t": 1.0, "epoch": epoch, "step": s, "steps": 2, "logs": {"loss": 1.0}}
-                    for s in (1, 2)]
+        records += [
+            {"kind": "batch", "t": 1.0, "epoch": epoch, "step": s, "steps": 2, "logs": {"loss": 1.0}} for s in (1, 2)
+        ]
         if epoch == 0:
             records.append({"kind": "epoch", "t": 1.0, "epoch": 0, "logs": {"loss": 1.0}})
-    records += [{"kind": "restart", "attempt": 1, "reason": "rank 1 died", "t": 2.0},
-                {"kind": "begin", "rank": 0, "t": 3.0, "epochs": 3, "steps": 2, "batch_size": 8, "initial_epoch": 1}]
+    records += [
+        {"kind": "restart", "attempt": 1, "reason": "rank 1 died", "t": 2.0},
+        {"kind": "begin", "rank": 0, "t": 3.0, "epochs": 3, "steps": 2, "batch_size": 8, "initial_epoch": 1},
+    ]
     for epoch in (1, 2):
-        records += [{"kind": "batch", "t": 4.0, "epoch": epoch, "step": s, "steps": 2, "logs": {"loss": 0.5}}
-                    for s in (1, 2)]
+        records += [
+            {"kind": "batch", "t": 4.0, "epoch": epoch, "step": s, "steps": 2, "logs": {"loss": 0.5}} for s in (1, 2)
+        ]
         records.append({"kind": "epoch", "t": 4.0, "epoch": epoch, "logs": {"loss": 0.5}})
     run = RunData(records)
     assert [p[0] for p in run.batch_points()] == [1, 2, 3, 4, 5, 6]
@@ -194,11 +237,14 @@ def test_a_restart_drops_what_its_checkpoint_did_not_keep():
 
 
 # ------------------------------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("ids, message", [
-    (["only-one"], "give two or more job ids to compare (got 1: only-one)"),
-    ([], "give two or more job ids to compare (got 0)"),
-    (["nope", "nada"], "no job 'nope' in the job store; %dl_jobs lists the jobs and their ids"),
-])
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        (["only-one"], "give two or more job ids to compare (got 1: only-one)"),
+        ([], "give two or more job ids to compare (got 0)"),
+        (["nope", "nada"], "no job 'nope' in the job store; %dl_jobs lists the jobs and their ids"),
+    ],
+)
 def test_bad_ids_say_what_to_do(store, ids, message):
     from jupyter_dl.errors import UsageError
 
@@ -247,12 +293,18 @@ def plain_shell():
     return ip
 
 
-@pytest.mark.parametrize("line, needle", [
-    ("%dl_compare", "%dl_compare: give two or more job ids to compare (got 0)"),
-    ("%dl_compare 0000000000ff", "%dl_compare: give two or more job ids to compare (got 1: 0000000000ff)"),
-    ("%dl_compare 0000000000ff 0000000000fe", "%dl_compare: no job '0000000000ff' in the job store; %dl_jobs lists"),
-    ("%dl_compare a b --x wall", "%dl_compare: argument --x: invalid choice: 'wall'"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("%dl_compare", "%dl_compare: give two or more job ids to compare (got 0)"),
+        ("%dl_compare 0000000000ff", "%dl_compare: give two or more job ids to compare (got 1: 0000000000ff)"),
+        (
+            "%dl_compare 0000000000ff 0000000000fe",
+            "%dl_compare: no job '0000000000ff' in the job store; %dl_jobs lists",
+        ),
+        ("%dl_compare a b --x wall", "%dl_compare: argument --x: invalid choice: 'wall'"),
+    ],
+)
 def test_dl_compare_bad_input_is_one_line(plain_shell, capsys, line, needle):
     result = plain_shell.run_cell(line, store_history=False)
     assert not result.success

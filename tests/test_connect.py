@@ -1,5 +1,6 @@
 """Connecting to a cluster someone else started (as `ipcluster start` or a Slurm launcher would) and using it
 unchanged; stopping only disconnects."""
+
 import uuid
 
 import ipyparallel as ipp
@@ -20,8 +21,7 @@ def _rank_and_size():
 @pytest.fixture(scope="module")
 def external_cluster(tmp_path_factory):
     profile_dir = tmp_path_factory.mktemp("ipython") / "profile_jdltest"
-    cluster = ipp.Cluster(n=2, profile_dir=str(profile_dir), cluster_id=f"ext-{uuid.uuid4().hex[:6]}",
-                          log_level=40)
+    cluster = ipp.Cluster(n=2, profile_dir=str(profile_dir), cluster_id=f"ext-{uuid.uuid4().hex[:6]}", log_level=40)
     cluster.start_cluster_sync()
     client = cluster.connect_client_sync()
     client.wait_for_engines(2, timeout=120, interactive=False)

@@ -1,5 +1,6 @@
 """`jupyter-dl doctor`, run for real: its table against this environment, a failure made for real (the pool URL
 pointing at a closed port; an environment without Horovod), and the cheap hint `%load_ext` prints."""
+
 import importlib.metadata
 import os
 import socket
@@ -15,8 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _doctor(*args, env=None, python=sys.executable):
     start = time.monotonic()
-    out = subprocess.run([python, "-m", "jupyter_dl", "doctor", *args], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT, env=env or dict(os.environ))
+    out = subprocess.run(
+        [python, "-m", "jupyter_dl", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env or dict(os.environ),
+    )
     return out.returncode, out.stdout, out.stderr, time.monotonic() - start
 
 
@@ -62,8 +69,12 @@ def venv_without_horovod(tmp_path_factory):
         if not entry.name.lower().startswith(("horovod", "_editable_impl", "__editable__")) and entry.suffix != ".pth":
             (shadow / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
-    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # The package under test comes from the source tree, like the editable install.
     Path(target, "shadow.pth").write_text(f"{ROOT}\n{shadow}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_DL_POOL_URL", "VIRTUAL_ENV", "PYTHONPATH")}
@@ -122,11 +133,19 @@ def test_environment_without_horovod_fails_and_says_install_horovod(venv_without
 
 
 def test_load_ext_points_to_doctor_when_horovod_is_missing(venv_without_horovod):
-    code = ("from IPython.core.interactiveshell import InteractiveShell; import sys, time; t = time.monotonic(); "
-            "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_dl'); "
-            "print('tensorflow' in sys.modules, f'{time.monotonic() - t:.2f}')")
-    out = subprocess.run([str(venv_without_horovod.python), "-c", code], capture_output=True, text=True,
-                         timeout=120, env=venv_without_horovod.env, cwd="/")
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell; import sys, time; t = time.monotonic(); "
+        "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_dl'); "
+        "print('tensorflow' in sys.modules, f'{time.monotonic() - t:.2f}')"
+    )
+    out = subprocess.run(
+        [str(venv_without_horovod.python), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=venv_without_horovod.env,
+        cwd="/",
+    )
     assert out.returncode == 0, out.stderr
     assert "horovod not found" in out.stderr and "jupyter-dl doctor" in out.stderr
     assert out.stdout.split()[0] == "False"  # the check at load imports no TensorFlow

@@ -1,5 +1,6 @@
 """The examples gallery, each notebook executed top to bottom by nbclient in a real kernel with its own local
 cluster (as tests/test_quickstart_notebook.py does for the quickstart). Committed without outputs."""
+
 import os
 import pathlib
 import re
@@ -29,16 +30,20 @@ def _run(name, **kernel):
     nb = nbformat.read(EXAMPLES / name, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit examples without outputs"
     start = time.monotonic()
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(EXAMPLES)}}).execute(**kernel)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}).execute(
+        **kernel
+    )
     print(f"{name}: {time.monotonic() - start:.1f} s")
-    errors = [o for c in nb.cells if not _expected_to_fail(c) for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o for c in nb.cells if not _expected_to_fail(c) for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors, errors
     for cell in filter(_expected_to_fail, nb.cells):
         # A traceback, or IPython's one-line UsageError on stderr (what jupyter-dl's refusals are).
-        assert any(o.get("output_type") == "error" or (o.get("name") == "stderr" and "Error: " in o.get("text", ""))
-                   for o in cell.outputs), f"expected an error: {cell.source}"
+        assert any(
+            o.get("output_type") == "error" or (o.get("name") == "stderr" and "Error: " in o.get("text", ""))
+            for o in cell.outputs
+        ), f"expected an error: {cell.source}"
     return nb, "\n".join(t for c in nb.cells for t in _texts(c))
 
 
@@ -56,8 +61,7 @@ def test_images_cnn_with_template_and_lr_find():
     # The committed cell is exactly what %dl_template writes for these arrays (so the example cannot drift).
     digits = load_digits()
     order = np.random.default_rng(0).permutation(len(digits.target))
-    written = template_code(digits.images[order][:1400], digits.target[order][:1400], "images", "labels",
-                            epochs=8)
+    written = template_code(digits.images[order][:1400], digits.target[order][:1400], "images", "labels", epochs=8)
     assert any(c.source == written.rstrip("\n") for c in nb.cells), "the written cell differs from %dl_template's"
     accuracy = float(re.search(r"test accuracy (\d\.\d+)", text).group(1))
     assert accuracy > 0.85, text
@@ -97,8 +101,11 @@ def test_surviving_failures_with_a_rank_killed_mid_fit(tmp_path):
     nb, text = _run("surviving-failures.ipynb", env=_own_job_store(tmp_path))
     job = _cell(nb, "%%distribute -n 2 --restarts 1")
     # The rank's engine really died (no exception: os._exit), and the job went on from the epoch-4 checkpoint.
-    assert re.search(r"rank 1 failed \(.*EngineError.*\); restart 1 of 1, from the last checkpoint in "
-                     r"/\S*surviving-failures-", job), job
+    assert re.search(
+        r"rank 1 failed \(.*EngineError.*\); restart 1 of 1, from the last checkpoint in "
+        r"/\S*surviving-failures-",
+        job,
+    ), job
     assert "resuming from" in job and "fit-0.npz (epoch 4 done)" in job, job
     assert "succeeded" in job, job
     # The History is continuous: 8 epochs, and the loss after the restart goes on from the saved weights (a fresh
@@ -123,8 +130,10 @@ def test_shared_gpu_hub(tmp_path):
     held = _cell(nb, "import subprocess")
     assert "the other notebook's job: granted" in held and re.search(pool + "0 of 2 GPUs free", held), held
     waited = _cell(nb, "%%distribute -n 2 --name waits-its-turn")
-    assert ("queued for 2 GPUs: position 1 (waiting for 2 GPUs to be free at once (0 free now))" in waited
-            and "succeeded" in waited), waited
+    assert (
+        "queued for 2 GPUs: position 1 (waiting for 2 GPUs to be free at once (0 free now))" in waited
+        and "succeeded" in waited
+    ), waited
     after = _cell(nb, "other_notebook.wait()")
     assert re.search(pool + "2 of 2 GPUs free, 0 jobs queued", after), after  # both jobs gave their GPUs back
     assert float(re.search(r"final loss (\d+\.\d+)", after).group(1)) < 10.0
@@ -136,7 +145,15 @@ def test_shared_gpu_hub(tmp_path):
     assert rows == [["too-big", "failed", "3"], ["waits-its-turn", "succeeded", "2"]], rows
 
 
-@pytest.mark.parametrize("name", ["images-cnn.ipynb", "existing-horovod-code.ipynb", "sizing-a-job.ipynb",
-                                  "surviving-failures.ipynb", "shared-gpu-hub.ipynb"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "images-cnn.ipynb",
+        "existing-horovod-code.ipynb",
+        "sizing-a-job.ipynb",
+        "surviving-failures.ipynb",
+        "shared-gpu-hub.ipynb",
+    ],
+)
 def test_readme_links_each_example(name):
     assert f"examples/{name}" in (ROOT / "README.md").read_text()

@@ -1,5 +1,6 @@
 """A notebook's cluster stopped from outside the kernel (the jobs panel's Stop, which uses ipyparallel's own stop on
 the cluster file) does not strand the notebook: the next job says so and starts a new cluster. Real engines."""
+
 import ipyparallel as ipp
 
 import jupyter_dl

@@ -4,19 +4,31 @@ For each fault: the cell raises the right error, naming the failing rank, within
 (measured from the injected failure or the stop request); the job's record says how it ended; and the next job runs
 on as many engines as before (dead or stuck engines were replaced).
 """
+
 import pytest
 from fault_catalog import FAULTS, run_fault
 
 import jupyter_dl
 from jupyter_dl.errors import JobCancelled, JobStalled, JobTimeout, RankError
 
-EXPECTED = {"rank_error": RankError, "stalled": JobStalled, "timeout": JobTimeout, "cancelled": JobCancelled,
-            "interrupted": KeyboardInterrupt}
+EXPECTED = {
+    "rank_error": RankError,
+    "stalled": JobStalled,
+    "timeout": JobTimeout,
+    "cancelled": JobCancelled,
+    "interrupted": KeyboardInterrupt,
+}
 # Seconds from the failure to the error. Stops (cancel, interrupt) must take under 3 s; errors under 10 s;
 # a stall is noticed after --stall-timeout, and a timeout fires after --timeout.
 LIMITS = {"rank_error": 10.0, "cancelled": 3.0, "interrupted": 3.0, "stalled": 5 + 10.0, "timeout": 4 + 10.0}
-FINAL_STATE = {"rank_error": "failed", "stalled": "failed", "timeout": "failed", "cancelled": "cancelled",
-               "interrupted": "cancelled", "restarted": "succeeded"}
+FINAL_STATE = {
+    "rank_error": "failed",
+    "stalled": "failed",
+    "timeout": "failed",
+    "cancelled": "cancelled",
+    "interrupted": "cancelled",
+    "restarted": "succeeded",
+}
 
 
 def _size():

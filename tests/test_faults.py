@@ -1,4 +1,5 @@
 """Failures on real engines that must never hang the notebook."""
+
 import time
 
 import pytest

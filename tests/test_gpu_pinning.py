@@ -2,6 +2,7 @@
 `gpus.discover` is replaced by two GPU indices; said here). Everything else is real: engines started with
 CUDA_VISIBLE_DEVICES set to their GPU, the embedded pool granting GPUs, ranks placed on the engines of the granted
 GPUs, and a killed engine replaced on its own GPU. On a GPU machine the same path runs with nvidia-smi's list."""
+
 import os
 import socket
 

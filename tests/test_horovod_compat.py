@@ -2,6 +2,7 @@
 `%%distribute --manual -n 2` on real engines with real Horovod over gloo, and the same code as a script under
 `horovodrun -np 2 --gloo` with `import jupyter_dl.horovod_compat` on top. Each rank starts from different weights
 on purpose (seeded by rank), so identical weights at the end prove the broadcast and the gradient reduction."""
+
 import json
 import os
 import subprocess
@@ -148,10 +149,10 @@ def single_process_accuracy(digits):
     import keras
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(digits["x_train"], digits["y_train"], batch_size=32, epochs=EPOCHS, verbose=0)
     accuracy = float(model.evaluate(digits["x_test"], digits["y_test"], verbose=0)[1])
     assert accuracy > 0.9
@@ -180,8 +181,7 @@ def test_keras_fit_with_distributed_optimizer_and_callbacks(shell, digits, singl
     import keras
 
     assert isinstance(ns["model"], keras.Model)  # the trained model came back to the notebook, usable
-    assert ns["model"].evaluate(digits["x_test"], digits["y_test"], verbose=0)[1] == pytest.approx(
-        ns["fit_accuracy"])
+    assert ns["model"].evaluate(digits["x_test"], digits["y_test"], verbose=0)[1] == pytest.approx(ns["fit_accuracy"])
 
 
 def test_synthetic_benchmark_loop_with_compression_and_sparse_gradients(shell):
@@ -194,7 +194,9 @@ def test_optimizer_options_schedule_callback_and_load_model(shell, digits, tmp_p
     """horovod.tensorflow.keras (the other module name): backward_passes_per_step, op=Sum, the schedule callback,
     and load_model restoring a saved model with its optimizer state as a Horovod optimizer."""
     shell.user_ns.update(digits, path=str(tmp_path / "model.keras"))
-    ns = _run(shell, """
+    ns = _run(
+        shell,
+        """
 import keras
 import numpy as np
 import horovod.tensorflow.keras as hvd
@@ -228,7 +230,8 @@ summed.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), op
                loss="sparse_categorical_crossentropy")
 summed.fit(x, y, batch_size=50, epochs=1, verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
 summed_weights = allgather_object(summed.get_weights(), name="summed")
-""")
+""",
+    )
     _assert_identical(ns["accumulated_weights"])
     _assert_identical(ns["loaded_weights"])
     _assert_identical(ns["summed_weights"])
@@ -279,9 +282,17 @@ attempt("LearningRateSchedule + callback", schedule_and_callback)
 def test_refused_apis_say_so_in_one_line(shell):
     ns = _run(shell, REFUSALS)
     refusals = ns["refusals"]
-    assert sorted(refusals) == sorted(["tape Adasum", "optimizer Adasum", "broadcast_global_variables",
-                                       "legacy load_model", "not a Keras optimizer", "jit_compile=True",
-                                       "LearningRateSchedule + callback"])
+    assert sorted(refusals) == sorted(
+        [
+            "tape Adasum",
+            "optimizer Adasum",
+            "broadcast_global_variables",
+            "legacy load_model",
+            "not a Keras optimizer",
+            "jit_compile=True",
+            "LearningRateSchedule + callback",
+        ]
+    )
     for name, (ename, message) in refusals.items():
         assert ename == "Keras3Unsupported", (name, ename, message)
         assert "\n" not in message and len(message) < 200, (name, message)
@@ -291,8 +302,10 @@ def test_refused_apis_say_so_in_one_line(shell):
 def test_refusal_reaches_the_notebook_without_a_deep_traceback(shell):
     from jupyter_dl.errors import RankError
 
-    result = shell.run_cell("%%distribute --manual -n 2\nimport horovod.keras as hvd\n"
-                            "hvd.broadcast_global_variables(0)\n", store_history=False)
+    result = shell.run_cell(
+        "%%distribute --manual -n 2\nimport horovod.keras as hvd\nhvd.broadcast_global_variables(0)\n",
+        store_history=False,
+    )
     err = result.error_in_exec
     assert isinstance(err, RankError), err
     assert err.ename == "Keras3Unsupported" and "BroadcastGlobalVariablesCallback" in err.evalue
@@ -300,10 +313,12 @@ def test_refusal_reaches_the_notebook_without_a_deep_traceback(shell):
     assert rendered.count('File "') <= 2, rendered  # the user's line and the one that raised, nothing deeper
 
 
-SCRIPT = ("import jupyter_dl.horovod_compat  # the one line a horovodrun script needs\n"
-          + DIGITS + CUSTOM_LOOP
-          + KERAS_FIT.replace("import horovod.keras as hvd", "import horovod.tensorflow.keras as hvd")
-          + textwrap.dedent("""
+SCRIPT = (
+    "import jupyter_dl.horovod_compat  # the one line a horovodrun script needs\n"
+    + DIGITS
+    + CUSTOM_LOOP
+    + KERAS_FIT.replace("import horovod.keras as hvd", "import horovod.tensorflow.keras as hvd")
+    + textwrap.dedent("""
           import json, sys
           if hvd.rank() == 0:
               with open(sys.argv[1], "w") as out:
@@ -311,7 +326,8 @@ SCRIPT = ("import jupyter_dl.horovod_compat  # the one line a horovodrun script 
                              "fit_weights": [[w.tolist() for w in ws] for ws in fit_weights],
                              "loop_accuracy": loop_accuracy, "fit_accuracy": fit_accuracy,
                              "fit_histories": fit_histories}, out)
-          """))
+          """)
+)
 
 
 def test_same_code_under_horovodrun_with_the_compat_import(tmp_path, single_process_accuracy):
@@ -320,14 +336,22 @@ def test_same_code_under_horovodrun_with_the_compat_import(tmp_path, single_proc
     results = tmp_path / "results.json"
     horovodrun = Path(sys.executable).parent / "horovodrun"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run([str(horovodrun), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script),
-                           str(results)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [str(horovodrun), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script), str(results)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0 and results.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(results.read_text())
     _assert_identical([[np.array(w) for w in ws] for ws in data["loop_weights"]])
     _assert_identical([[np.array(w) for w in ws] for ws in data["fit_weights"]])
     assert data["fit_histories"][0] == data["fit_histories"][1]
-    print(f"horovodrun: custom loop {data['loop_accuracy']:.4f}, fit {data['fit_accuracy']:.4f}, "
-          f"single process {single_process_accuracy:.4f}")
+    print(
+        f"horovodrun: custom loop {data['loop_accuracy']:.4f}, fit {data['fit_accuracy']:.4f}, "
+        f"single process {single_process_accuracy:.4f}"
+    )
     assert abs(data["loop_accuracy"] - single_process_accuracy) <= ACCURACY_TOLERANCE
     assert abs(data["fit_accuracy"] - single_process_accuracy) <= ACCURACY_TOLERANCE

@@ -5,6 +5,7 @@ simulated inventory of 4 GPUs (this machine has none: the pool only counts GPUs,
 the same code). The users' jobs here are pool tickets requested with each user's own hub token through the hub's
 proxy, as a kernel's client does; no single-user servers are spawned.
 """
+
 import json
 import os
 import pathlib
@@ -51,9 +52,9 @@ c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {hub_port}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
 c.ConfigurableHTTPProxy.command = [{_proxy_command()!r}]
-c.JupyterHub.db_url = "sqlite:///{root / 'hub.sqlite'}"
-c.JupyterHub.cookie_secret_file = {str(root / 'cookie_secret')!r}
-c.JupyterHub.pid_file = {str(root / 'hub.pid')!r}
+c.JupyterHub.db_url = "sqlite:///{root / "hub.sqlite"}"
+c.JupyterHub.cookie_secret_file = {str(root / "cookie_secret")!r}
+c.JupyterHub.pid_file = {str(root / "hub.pid")!r}
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.spawner_class = "simple"
 c.Authenticator.allowed_users = {{"ann", "bob"}}
@@ -70,8 +71,9 @@ c.JupyterHub.load_roles = [
 ]
 """)
     log = open(root / "hub.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=root, stdout=log,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=root, stdout=log, stderr=subprocess.STDOUT
+    )
     api = f"http://127.0.0.1:{port}/hub/api"
     service_url = f"http://127.0.0.1:{port}/services/{SERVICE}/"
     admin = {"Authorization": f"token {admin_token}"}
@@ -79,8 +81,9 @@ c.JupyterHub.load_roles = [
         deadline = time.monotonic() + 90
         while True:  # the hub is up, and the proxy routes to the pool service
             try:
-                if requests.get(api, timeout=2).ok and \
-                        requests.get(service_url + "api/pool", timeout=2).status_code in (401, 403):
+                if requests.get(api, timeout=2).ok and requests.get(
+                    service_url + "api/pool", timeout=2
+                ).status_code in (401, 403):
                     break
             except requests.ConnectionError:
                 pass
@@ -89,8 +92,12 @@ c.JupyterHub.load_roles = [
         tokens = {}
         for user in ("ann", "bob", "root"):
             requests.post(f"{api}/users/{user}", headers=admin, timeout=10)
-            reply = requests.post(f"{api}/users/{user}/tokens", headers=admin, timeout=10,
-                                  json={"scopes": [f"access:services!service={SERVICE}"], "note": "pool test"})
+            reply = requests.post(
+                f"{api}/users/{user}/tokens",
+                headers=admin,
+                timeout=10,
+                json={"scopes": [f"access:services!service={SERVICE}"], "note": "pool test"},
+            )
             assert reply.status_code == 201, reply.text
             tokens[user] = reply.json()["token"]
         yield {"url": service_url, "tokens": tokens, "api": api, "admin": admin, "log": root / "hub.log"}
@@ -148,11 +155,16 @@ def test_two_users_share_the_pool_through_the_hub(hub):
 def test_the_pool_refuses_requests_without_a_valid_hub_token_or_scope(hub):
     url = hub["url"] + "api/tickets"
     assert requests.get(url, timeout=10).status_code in (401, 403)
-    assert requests.post(url, json={"gpus": 1}, timeout=10,
-                         headers={"Authorization": "token not-a-token"}).status_code in (401, 403)
+    assert requests.post(
+        url, json={"gpus": 1}, timeout=10, headers={"Authorization": "token not-a-token"}
+    ).status_code in (401, 403)
     # A real token of a real user, but without the scope for this service.
-    reply = requests.post(f"{hub['api']}/users/ann/tokens", headers=hub["admin"], timeout=10,
-                          json={"scopes": ["read:users:name!user=ann"], "note": "no pool scope"})
+    reply = requests.post(
+        f"{hub['api']}/users/ann/tokens",
+        headers=hub["admin"],
+        timeout=10,
+        json={"scopes": ["read:users:name!user=ann"], "note": "no pool scope"},
+    )
     assert reply.status_code == 201, reply.text
     unscoped = {"Authorization": f"token {reply.json()['token']}"}
     assert requests.get(url, headers=unscoped, timeout=10).status_code == 403
@@ -164,8 +176,9 @@ def _two():
     return 2
 
 
-def test_a_distributed_job_waits_for_its_gpus_in_the_pool_then_runs_and_gives_them_back(hub, dl_session,
-                                                                                       monkeypatch, capsys):
+def test_a_distributed_job_waits_for_its_gpus_in_the_pool_then_runs_and_gives_them_back(
+    hub, dl_session, monkeypatch, capsys
+):
     """A real 2-rank job from ann's kernel: bob holds the whole pool, so it queues (state and place recorded),
     runs once bob's job ends, and its GPUs go back when it finishes."""
     import threading
@@ -181,8 +194,10 @@ def test_a_distributed_job_waits_for_its_gpus_in_the_pool_then_runs_and_gives_th
     runner = threading.Thread(target=lambda: outcome.update(value=jupyter_dl.distribute(_two, n=2, name="pooled")))
     runner.start()
     deadline = time.monotonic() + 30
-    while not any(j.name == "pooled" and j.state == "queued" and j.progress.get("queue_position") == 1
-                  for j in dl_session.jobs.all()):
+    while not any(
+        j.name == "pooled" and j.state == "queued" and j.progress.get("queue_position") == 1
+        for j in dl_session.jobs.all()
+    ):
         assert time.monotonic() < deadline and runner.is_alive(), "the job never queued"
         time.sleep(0.05)
     job = next(j for j in dl_session.jobs.all() if j.name == "pooled")

@@ -1,5 +1,6 @@
 """A successful job keeps what it produced: a real 2-rank job's models, history, source, options and environment are
 in its directory of the job store, and jupyter_dl.load_job(ID) gives them back as working objects."""
+
 import numpy as np
 
 import jupyter_dl
@@ -40,8 +41,11 @@ def test_a_job_keeps_its_model_history_source_and_environment(shell, digits):
 
     saved = jupyter_dl.load_job(job.id)
     # The kept model is the one that came back to the notebook: same predictions on the same input.
-    np.testing.assert_allclose(saved.model.predict(digits["x_test"], verbose=0),
-                               shell.user_ns["model"].predict(digits["x_test"], verbose=0), rtol=1e-6)
+    np.testing.assert_allclose(
+        saved.model.predict(digits["x_test"], verbose=0),
+        shell.user_ns["model"].predict(digits["x_test"], verbose=0),
+        rtol=1e-6,
+    )
     assert type(saved.model.layers[0]).__name__ == "Scaled"  # the cell's own class, rebuilt
     assert saved.histories["history"]["history"] == shell.user_ns["history"].history
     assert saved.source.strip() == CELL.strip()

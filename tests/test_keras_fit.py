@@ -1,4 +1,5 @@
 """Zero-code-change mode: an unchanged Keras training function, data-parallel on 2 real Horovod ranks."""
+
 import numpy as np
 import pytest
 
@@ -13,13 +14,14 @@ def _train(x_train, y_train, x_test, y_test, epochs=EPOCHS, seed=0):
     import keras
 
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((64,)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     history = model.fit(x_train, y_train, batch_size=32, epochs=epochs, verbose=0)
     _, accuracy = model.evaluate(x_test, y_test, verbose=0)
     return {"weights": model.get_weights(), "accuracy": float(accuracy), "history": history.history}
@@ -67,7 +69,7 @@ def _learning_rate_seen_by_fit():
     return seen[0]
 
 
-@pytest.mark.parametrize("mode, factor", [("linear", 2.0), ("sqrt", 2 ** 0.5), ("none", 1.0)])
+@pytest.mark.parametrize("mode, factor", [("linear", 2.0), ("sqrt", 2**0.5), ("none", 1.0)])
 def test_learning_rate_scaling(dl_session, mode, factor):
     assert jupyter_dl.distribute(_learning_rate_seen_by_fit, n=2, lr_scale=mode) == pytest.approx(0.1 * factor)
 
@@ -79,9 +81,13 @@ def _manual_cell():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     total = hvd.allreduce(np.array([1.0]), op=hvd.Sum).numpy().tolist()
-    return {"initialised": hvd.is_initialized(), "size": hvd.size(), "total": total,
-            "optimizer_class": type(model.optimizer).__name__,
-            "wrapped": getattr(model.optimizer, "_jdl_distributed", False)}
+    return {
+        "initialised": hvd.is_initialized(),
+        "size": hvd.size(),
+        "total": total,
+        "optimizer_class": type(model.optimizer).__name__,
+        "wrapped": getattr(model.optimizer, "_jdl_distributed", False),
+    }
 
 
 def test_manual_mode_leaves_keras_alone_but_initialises_horovod(dl_session):
@@ -136,7 +142,7 @@ def _learning_rates_during_fit(kind):
         callbacks = []
     else:
         rate = 0.1
-        callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.1 * 0.5 ** epoch)]
+        callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.1 * 0.5**epoch)]
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(rate), loss="mse")
     seen = []
@@ -184,8 +190,9 @@ def _two_optimizers_in_train_step():
             with tf.GradientTape(persistent=True) as tape:
                 loss = tf.reduce_mean(tf.square(self(x) - y))
             for optimizer, layer in ((self.first_optimizer, self.first), (self.second_optimizer, self.second)):
-                optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables),
-                                              layer.trainable_variables))
+                optimizer.apply_gradients(
+                    zip(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables)
+                )
             return {"loss": loss}
 
     model = TwoParts()
@@ -194,8 +201,12 @@ def _two_optimizers_in_train_step():
 
     class Probe(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            seen.append([float(keras.ops.convert_to_numpy(o.learning_rate))
-                         for o in (model.first_optimizer, model.second_optimizer)])
+            seen.append(
+                [
+                    float(keras.ops.convert_to_numpy(o.learning_rate))
+                    for o in (model.first_optimizer, model.second_optimizer)
+                ]
+            )
 
     model.fit(np.zeros((16, 2)), np.zeros((16, 1)), epochs=1, batch_size=4, verbose=0, callbacks=[Probe()])
     optimizers = (model.first_optimizer, model.second_optimizer)
@@ -205,5 +216,5 @@ def _two_optimizers_in_train_step():
 
 def test_every_optimizer_fit_drives_is_scaled_and_put_back_after_fit(dl_session):
     during, after = jupyter_dl.distribute(_two_optimizers_in_train_step, n=2)
-    assert during == pytest.approx([0.2, 0.02])   # both of the train_step's optimizers, not only model.optimizer
-    assert after == pytest.approx([0.1, 0.01])    # a custom loop after fit reads the same batches on every rank
+    assert during == pytest.approx([0.2, 0.02])  # both of the train_step's optimizers, not only model.optimizer
+    assert after == pytest.approx([0.1, 0.01])  # a custom loop after fit reads the same batches on every rank

@@ -1,5 +1,6 @@
 """A kernel that dies while its job runs: the job is marked lost, its ranks stop working (they watch the kernel's
 pid) instead of training on as orphans, and the engines of its own cluster exit."""
+
 import json
 import os
 import signal
@@ -35,8 +36,12 @@ def _stopped(proc):
 
 def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
     store_root = str(tmp_path / "jobs")
-    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, store_root], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KERNEL, store_root],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     started = json.loads(kernel.stdout.readline())
     engines = [psutil.Process(pid) for pid in started["engines"]]
     cluster_processes = psutil.Process(kernel.pid).children(recursive=True)  # to clean up after the orphaning

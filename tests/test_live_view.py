@@ -1,4 +1,5 @@
 """The live training view on a real 2-rank job, and its bounds on a long synthetic one."""
+
 import json
 
 import pytest
@@ -81,11 +82,13 @@ def test_no_plot_keeps_the_summary_but_no_figure(dl_session, digits):
 
 
 def test_manual_cells_stream_with_the_public_callback(dl_session, digits):
-    code = ("import horovod.tensorflow as hvd, keras, jupyter_dl\n"
-            "model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation='softmax')])\n"
-            "model.compile('adam', 'sparse_categorical_crossentropy')\n"
-            "model.fit(x_train[hvd.rank()::2], y_train[hvd.rank()::2], epochs=2, verbose=0,\n"
-            "          callbacks=[jupyter_dl.LiveMetrics()])\n")
+    code = (
+        "import horovod.tensorflow as hvd, keras, jupyter_dl\n"
+        "model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation='softmax')])\n"
+        "model.compile('adam', 'sparse_categorical_crossentropy')\n"
+        "model.fit(x_train[hvd.rank()::2], y_train[hvd.rank()::2], epochs=2, verbose=0,\n"
+        "          callbacks=[jupyter_dl.LiveMetrics()])\n"
+    )
     result = jupyter_dl.distribute(code, n=2, namespace=dict(digits), manual=True, plot=True)
     assert len(result.state.epoch_logs) == 2
     assert set(result.state.throughput) == {0, 1}
@@ -93,15 +96,31 @@ def test_manual_cells_stream_with_the_public_callback(dl_session, digits):
 
 
 def _synthetic(steps, steps_per_epoch=1000):
-    records = [{"kind": "begin", "rank": 0, "t": 0.0, "epochs": steps // steps_per_epoch,
-                "steps": steps_per_epoch, "batch_size": 32}]
+    records = [
+        {
+            "kind": "begin",
+            "rank": 0,
+            "t": 0.0,
+            "epochs": steps // steps_per_epoch,
+            "steps": steps_per_epoch,
+            "batch_size": 32,
+        }
+    ]
     mean = 0.0
     for i in range(steps):
         epoch, k = divmod(i, steps_per_epoch)
         loss = 1.0 / (1 + i / 1000)
         mean = loss if k == 0 else mean + (loss - mean) / (k + 1)
-        records.append({"kind": "batch", "t": i * 0.01, "epoch": epoch, "step": k + 1, "steps": steps_per_epoch,
-                        "logs": {"loss": mean}})
+        records.append(
+            {
+                "kind": "batch",
+                "t": i * 0.01,
+                "epoch": epoch,
+                "step": k + 1,
+                "steps": steps_per_epoch,
+                "logs": {"loss": mean},
+            }
+        )
         if k == steps_per_epoch - 1:
             records.append({"kind": "epoch", "t": i * 0.01, "epoch": epoch, "logs": {"loss": mean}})
     return records
@@ -113,7 +132,7 @@ def test_100k_steps_stay_within_the_point_budget():
     view.started(type("J", (), {"name": "synthetic", "n": 2})())
     records = _synthetic(100_000)
     for start in range(0, len(records), 5000):  # arrives in chunks, as from a long run
-        state.consume(records[start:start + 5000])
+        state.consume(records[start : start + 5000])
         view.update(state, force=True)
     assert state.global_step == 100_000
     for trace in view.figure.data:
@@ -138,8 +157,12 @@ def test_batch_loss_is_recovered_from_keras_running_means():
     state = TrainingState(smoothing=0.0)  # no smoothing: the recovered per-batch values themselves
     losses = [4.0, 2.0, 3.0]
     means = [4.0, 3.0, 3.0]
-    state.consume([{"kind": "batch", "t": i, "epoch": 0, "step": i + 1, "steps": 3, "logs": {"loss": m}}
-                   for i, m in enumerate(means)])
+    state.consume(
+        [
+            {"kind": "batch", "t": i, "epoch": 0, "step": i + 1, "steps": 3, "logs": {"loss": m}}
+            for i, m in enumerate(means)
+        ]
+    )
     assert state.batch_loss.points()[1] == pytest.approx(losses)
 
 
@@ -237,8 +260,7 @@ def test_the_launcher_tells_the_view_each_phase(dl_session):
         def finished(self, job, state):
             heard.append(("finished", job.state))
 
-    dl_session.launcher.run(CellWork("x = 1", {}), RunOptions(n=2, name="phases", plot=False),
-                            observers=[Recorder()])
+    dl_session.launcher.run(CellWork("x = 1", {}), RunOptions(n=2, name="phases", plot=False), observers=[Recorder()])
     assert heard[0] == ("status", "2 ranks: Horovod rendezvous"), heard  # a warm cluster: no start, no imports
     assert heard[1:] == [("started", 2), ("finished", "succeeded")], heard
 
@@ -276,9 +298,19 @@ def test_percent_and_eta_read_steadily():
 def test_summary_says_its_throughput_is_the_whole_fit_average():
     from jupyter_dl.live.summary import as_text
 
-    text = as_text({"job": "j", "state": "succeeded", "ranks": 2, "wall_s": 10.0, "samples_per_s": 1183.0,
-                    "samples_per_s_by_rank": {0: 600.0, 1: 583.0}, "final_metrics": {}, "scaling_efficiency": None,
-                    "baseline_samples_per_s": None})
+    text = as_text(
+        {
+            "job": "j",
+            "state": "succeeded",
+            "ranks": 2,
+            "wall_s": 10.0,
+            "samples_per_s": 1183.0,
+            "samples_per_s_by_rank": {0: 600.0, 1: 583.0},
+            "final_metrics": {},
+            "scaling_efficiency": None,
+            "baseline_samples_per_s": None,
+        }
+    )
     assert "1,183 samples/s averaged over the whole fit" in text and "last few seconds" in text
 
 
@@ -297,8 +329,9 @@ def test_rank_logs_reach_the_store_within_half_a_second(tmp_path):
     job = Job(name="logs", n=2)
     store.save(job)
     ranks = [type("AR", (), {"stdout": "epoch 1\n", "stderr": ""})() for _ in range(2)]
-    feed = _MetricsFeed(job, type("C", (), {"poll": lambda self: []})(), TrainingState(), [], store, ranks,
-                        Redactor({}))
+    feed = _MetricsFeed(
+        job, type("C", (), {"poll": lambda self: []})(), TrainingState(), [], store, ranks, Redactor({})
+    )
     feed.pump()
     logs = store.job_dir(job.id) / "logs"
     first = (logs / "rank1.stdout.log").stat().st_mtime_ns

@@ -4,6 +4,7 @@ This machine has no GPU, so the pool's inventory is simulated (`LocalPool.simula
 counts GPUs, so the admission, queueing and lease code is the code a GPU host runs; the ranks run on CPU engines.
 Everything else is real: separate kernel processes, each with its own ipyparallel cluster and Horovod jobs.
 """
+
 import json
 import os
 import signal
@@ -132,8 +133,12 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
     monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
     monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
     jupyter_dl.distribute(_start_time, n=2, name="warm-up")  # Horovod and TensorFlow imported before the race below
-    other = subprocess.Popen([sys.executable, "-c", OTHER_KERNEL, pool_file, str(tmp_path / "other-jobs")],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    other = subprocess.Popen(
+        [sys.executable, "-c", OTHER_KERNEL, pool_file, str(tmp_path / "other-jobs")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     other_cluster = []
     try:
         assert json.loads(other.stdout.readline()) == {"ready": True}
@@ -146,8 +151,11 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
 
         assert "0 of 2 GPUs free, 0 jobs queued" in dl_session.launcher.pool_status()
         outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(
-            starts=jupyter_dl.distribute(_start_time, n=2, all_ranks=True, name="mine-first")))
+        runner = threading.Thread(
+            target=lambda: outcome.update(
+                starts=jupyter_dl.distribute(_start_time, n=2, all_ranks=True, name="mine-first")
+            )
+        )
         runner.start()
         _wait_queued(dl_session, "mine-first", runner)
         first_ended = json.loads(other.stdout.readline())["first_ended"]
@@ -158,8 +166,11 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
         while pool.summary()["free"]:  # the other kernel's endless job holds the GPUs again
             assert time.monotonic() < deadline + 60, "the other notebook's second job never took the GPUs"
             time.sleep(0.1)
-        runner = threading.Thread(target=lambda: outcome.update(
-            second=jupyter_dl.distribute(_start_time, n=2, all_ranks=True, name="mine-second")))
+        runner = threading.Thread(
+            target=lambda: outcome.update(
+                second=jupyter_dl.distribute(_start_time, n=2, all_ranks=True, name="mine-second")
+            )
+        )
         runner.start()
         _wait_queued(dl_session, "mine-second", runner)
         killed = time.time()
@@ -179,8 +190,9 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
 
 def _wait_queued(session, name, runner):
     deadline = time.monotonic() + 30
-    while not any(j.name == name and j.state == "queued" and j.progress.get("queue_position") == 1
-                  for j in session.jobs.all()):
+    while not any(
+        j.name == name and j.state == "queued" and j.progress.get("queue_position") == 1 for j in session.jobs.all()
+    ):
         assert time.monotonic() < deadline and runner.is_alive(), f"{name} never queued"
         time.sleep(0.05)
     job = next(j for j in session.jobs.all() if j.name == name)

@@ -1,4 +1,5 @@
 """The learning-rate range test on digits: in the kernel, through %lr_find, and distributed on the real cluster."""
+
 import numpy as np
 import pytest
 
@@ -7,8 +8,9 @@ def _model(lr=0.001):
     import keras
 
     keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )
     model.compile(keras.optimizers.Adam(lr), "sparse_categorical_crossentropy", metrics=["accuracy"])
     model.train_on_batch(np.zeros((2, 64), "float32"), np.zeros(2, "int64"))  # optimizer state exists
     return model
@@ -36,8 +38,7 @@ def test_lr_find_in_the_kernel_restores_the_model_and_suggests_a_sane_rate(digit
 def test_lr_find_magic_binds_and_reports(shell, digits, capsys):
     shell.user_ns.update(digits)
     shell.user_ns["model"] = _model()
-    result = shell.run_cell("suggested = %lr_find model --data x_train,y_train --steps 60 -n 1",
-                            store_history=False)
+    result = shell.run_cell("suggested = %lr_find model --data x_train,y_train --steps 60 -n 1", store_history=False)
     assert result.success, result.error_in_exec
     assert 1e-4 < shell.user_ns["suggested"] < 1.0
     assert "suggested learning rate" in capsys.readouterr().out

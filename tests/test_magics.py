@@ -1,4 +1,5 @@
 """The notebook surface, through a real IPython shell: namespace round trip, re-runs, output, errors, bad input."""
+
 import threading
 import time
 
@@ -69,11 +70,17 @@ def test_trained_model_read_from_notebook_comes_back(shell, digits):
     import keras
 
     shell.user_ns.update(digits)
-    run(shell, "import keras\nkeras.utils.set_random_seed(2)\n"
-               "net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation='softmax')])\n"
-               "before = net.get_weights()[0].copy()")
-    result = run(shell, "%%distribute -n 2\nnet.compile('adam', 'sparse_categorical_crossentropy')\n"
-                        "net.fit(x_train, y_train, epochs=1, verbose=0)")
+    run(
+        shell,
+        "import keras\nkeras.utils.set_random_seed(2)\n"
+        "net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation='softmax')])\n"
+        "before = net.get_weights()[0].copy()",
+    )
+    result = run(
+        shell,
+        "%%distribute -n 2\nnet.compile('adam', 'sparse_categorical_crossentropy')\n"
+        "net.fit(x_train, y_train, epochs=1, verbose=0)",
+    )
     assert result.success, result.error_in_exec
     assert isinstance(shell.user_ns["net"], keras.Model)
     assert not np.allclose(shell.user_ns["net"].get_weights()[0], shell.user_ns["before"])
@@ -90,14 +97,16 @@ def test_output_all_prefixes_every_rank(shell, capsys):
 def test_rank_error_names_the_rank_and_releases_the_others(shell):
     from jupyter_dl.errors import RankError
 
-    code = ("%%distribute -n 2 --manual\n"
-            "import horovod.tensorflow as hvd\n"
-            "import numpy as np\n"
-            "def check(r):\n"
-            "    if r == 1:\n"
-            "        raise ValueError('boom on purpose')\n"
-            "check(hvd.rank())\n"
-            "hvd.allreduce(np.ones(3), name='never_completed')\n")  # rank 0 waits here for rank 1
+    code = (
+        "%%distribute -n 2 --manual\n"
+        "import horovod.tensorflow as hvd\n"
+        "import numpy as np\n"
+        "def check(r):\n"
+        "    if r == 1:\n"
+        "        raise ValueError('boom on purpose')\n"
+        "check(hvd.rank())\n"
+        "hvd.allreduce(np.ones(3), name='never_completed')\n"
+    )  # rank 0 waits here for rank 1
     started = time.monotonic()
     result = run(shell, code)
     elapsed = time.monotonic() - started
@@ -125,19 +134,22 @@ def test_timeout_stops_a_stalled_job(shell):
     assert run(shell, "%%distribute -n 2 --manual\nafter = 1").success
 
 
-@pytest.mark.parametrize("line, needle", [
-    ("-n 0", "-n"),
-    ("-n -3", "-n"),
-    ("-n two", "-n"),
-    ("--lr-scale cubic", "--lr-scale"),
-    ("--output rank7", "--output"),
-    ("--bogus", "unrecognized arguments: --bogus"),
-    ("--timeout -1", "--timeout"),
-    ("--restarts 2", "--checkpoint-dir"),
-    ("--restarts -1", "--restarts"),
-    ("--manual --checkpoint-dir ckpt", "--manual"),
-    ("--stall-timeout -2", "--stall-timeout"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("-n 0", "-n"),
+        ("-n -3", "-n"),
+        ("-n two", "-n"),
+        ("--lr-scale cubic", "--lr-scale"),
+        ("--output rank7", "--output"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--timeout -1", "--timeout"),
+        ("--restarts 2", "--checkpoint-dir"),
+        ("--restarts -1", "--restarts"),
+        ("--manual --checkpoint-dir ckpt", "--manual"),
+        ("--stall-timeout -2", "--stall-timeout"),
+    ],
+)
 def test_bad_arguments_print_one_line_and_start_nothing(shell, capsys, line, needle):
     before = len(jobs(shell))
     result = run(shell, f"%%distribute {line}\nx = 1")

@@ -1,5 +1,6 @@
 """The metric record kinds are defined once, in jupyter_dl/data/metric_kinds.json: every kind the sources write
 must be listed there (the panel's METRIC_KINDS is checked against the same file by labextension's vitest)."""
+
 import ast
 import json
 import pathlib

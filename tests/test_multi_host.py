@@ -2,6 +2,7 @@
 by veth pairs on a private bridge, with interface names that are not eth0 (and differ between the hosts). The kernel
 (this process) stays in the root namespace; an ipyparallel controller listens on the bridge; two engines run in
 each namespace. Everything the test creates is removed afterwards, also on failure."""
+
 import os
 import re
 import time
@@ -18,13 +19,19 @@ def two_hosts(tmp_path_factory):
     import ipyparallel as ipp
 
     with netns.hosts(), open(tmp_path_factory.mktemp("engines") / "engines.log", "w") as logs:
-        cluster = ipp.Cluster(n=0, controller_ip=KERNEL_ADDRESS, controller_location=KERNEL_ADDRESS, log_level=40,
-                              cluster_id=f"jdl-multihost-{os.getpid()}")
+        cluster = ipp.Cluster(
+            n=0,
+            controller_ip=KERNEL_ADDRESS,
+            controller_location=KERNEL_ADDRESS,
+            log_level=40,
+            cluster_id=f"jdl-multihost-{os.getpid()}",
+        )
         engines = []
         try:
             cluster.start_controller_sync()
-            engine_file = os.path.join(cluster.profile_dir, "security",
-                                       f"ipcontroller-{cluster.cluster_id}-engine.json")
+            engine_file = os.path.join(
+                cluster.profile_dir, "security", f"ipcontroller-{cluster.cluster_id}-engine.json"
+            )
             for namespace, hostname, *_ in HOSTS:
                 engines += netns.start_engines(namespace, hostname, engine_file, 2, logs)
             client = cluster.connect_client_sync()
@@ -56,13 +63,21 @@ def _train_and_report(x_train, y_train, **_):
     import horovod.tensorflow as hvd
     import keras
 
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])  # no seed: ranks start apart
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )  # no seed: ranks start apart
     model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
     history = model.fit(x_train, y_train, epochs=6, batch_size=32, verbose=0)
-    return {"host": socket.gethostname(), "rank": hvd.rank(), "local_rank": hvd.local_rank(),
-            "cross_rank": hvd.cross_rank(), "local_size": hvd.local_size(), "weights": model.get_weights(),
-            "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE"), "accuracy": history.history["accuracy"][-1]}
+    return {
+        "host": socket.gethostname(),
+        "rank": hvd.rank(),
+        "local_rank": hvd.local_rank(),
+        "cross_rank": hvd.cross_rank(),
+        "local_size": hvd.local_size(),
+        "weights": model.get_weights(),
+        "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE"),
+        "accuracy": history.history["accuracy"][-1],
+    }
 
 
 def test_four_ranks_on_two_hosts_train_as_one(session, digits):
@@ -77,15 +92,20 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     line = format_status(status)  # what %dl_cluster status prints: engines grouped by host
     for host, ids in status["engines_by_host"].items():
         assert f"{host} (engines {ids[0]}, {ids[1]})" in line
-    result = session.launcher.run(FunctionWork(_train_and_report, kwargs=digits, all_ranks=True),
-                                  RunOptions(n=4, timeout=600))
+    result = session.launcher.run(
+        FunctionWork(_train_and_report, kwargs=digits, all_ranks=True), RunOptions(n=4, timeout=600)
+    )
     ranks = result.results
     # Horovod's host assignment follows the engines' real hosts: each host's ranks consecutive, local ranks 0 and 1
     # on each, cross rank the host's position.
     first, second = ranks[0]["host"], ranks[2]["host"]
     assert {first, second} == {"jdl-host-a", "jdl-host-b"}
     assert [(r["host"], r["rank"], r["local_rank"], r["cross_rank"]) for r in ranks] == [
-        (first, 0, 0, 0), (first, 1, 1, 0), (second, 2, 0, 1), (second, 3, 1, 1)]
+        (first, 0, 0, 0),
+        (first, 1, 1, 0),
+        (second, 2, 0, 1),
+        (second, 3, 1, 1),
+    ]
     assert all(r["local_size"] == 2 for r in ranks)
     # gloo ran over each host's own interface, found by the route to the kernel (no host has an eth0).
     interface = {hostname: name for _, hostname, name, _ in HOSTS}
@@ -103,8 +123,11 @@ def test_a_host_that_cannot_reach_the_kernel_is_named_within_seconds(session):
 
     session.launcher.rendezvous_address = "10.77.0.99"  # on the bridge's subnet, but nobody's address
     t = time.monotonic()
-    with pytest.raises(UsageError, match=r"host jdl-host-[ab] \(rank 0\) cannot reach this kernel's rendezvous server "
-                                         r"on port \d+ at 10\.77\.0\.99"):
+    with pytest.raises(
+        UsageError,
+        match=r"host jdl-host-[ab] \(rank 0\) cannot reach this kernel's rendezvous server "
+        r"on port \d+ at 10\.77\.0\.99",
+    ):
         session.launcher.run(FunctionWork(os.getpid), RunOptions(n=4))
     assert time.monotonic() - t < 15
 
@@ -185,8 +208,10 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
     cutter.start()
     try:
         with pytest.raises(HostLost) as error:
-            session.launcher.run(CellWork(LINK_CUT_CELL, {**digits, "MARKER": marker}),
-                                 RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut"))
+            session.launcher.run(
+                CellWork(LINK_CUT_CELL, {**digits, "MARKER": marker}),
+                RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut"),
+            )
         took = time.monotonic() - cut["t"]
         message = str(error.value)
         print(f"link cut -> error in {took:.1f}s: {message}")

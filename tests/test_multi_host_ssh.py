@@ -2,6 +2,7 @@
 host list in ipyparallel's own trait (c.SSHEngineSetLauncher.engines), against Debian's sshd running inside two
 network-namespace "hosts" (tests/netns.py), logged into with a key the test makes. The sshds, the engines they
 started and the namespaces are removed afterwards, also on failure."""
+
 import shutil
 
 import netns
@@ -31,8 +32,10 @@ def sshd_hosts(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("ssh")
     with netns.hosts(), open(workdir / "sshd.log", "w") as logs:
         key = netns.ssh_keys(str(workdir))
-        sshds = [netns.start_sshd(namespace, hostname, address, str(workdir), logs)
-                 for namespace, hostname, _, address in HOSTS]
+        sshds = [
+            netns.start_sshd(namespace, hostname, address, str(workdir), logs)
+            for namespace, hostname, _, address in HOSTS
+        ]
         try:
             for _, hostname, _, address in HOSTS:
                 assert netns.wait_for_ssh(address, key) == hostname  # sessions run under that host's own name
@@ -57,9 +60,13 @@ def ssh_config(sshd_hosts):
     ip = InteractiveShell.instance()
     saved = ip.config.pop("SSHEngineSetLauncher", None)
     ip.config.SSHEngineSetLauncher = Config(
-        engines={f"root@{address}": {"n": 1, "remote_profile_dir": str(workdir / f"profile-{hostname}")}
-                 for _, hostname, _, address in HOSTS},
-        ssh_args=options, scp_args=options)
+        engines={
+            f"root@{address}": {"n": 1, "remote_profile_dir": str(workdir / f"profile-{hostname}")}
+            for _, hostname, _, address in HOSTS
+        },
+        ssh_args=options,
+        scp_args=options,
+    )
     yield ip
     ip.config.pop("SSHEngineSetLauncher", None)
     if saved is not None:
@@ -77,7 +84,8 @@ def test_dl_cluster_start_engines_ssh_runs_a_job_across_hosts(ssh_config, digits
         magics.dl_cluster("start --engines ssh")  # -n defaults to the host list's 2 engines
         status_line = capsys.readouterr().out
         assert "2 engines on jdl-host-" in status_line and all(  # engines grouped by host, whichever came first
-            f"{hostname} (engine " in status_line for _, hostname, *_ in HOSTS), status_line
+            f"{hostname} (engine " in status_line for _, hostname, *_ in HOSTS
+        ), status_line
         namespace.update(digits)
         magics.distribute("-n 2 --name over-ssh --no-plot", CELL)
         placement = namespace["placement"]

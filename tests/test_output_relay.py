@@ -1,4 +1,5 @@
 """Output relay against the way ipyparallel accumulates streams (carriage-return lines collapse in place)."""
+
 import io
 import re
 from types import SimpleNamespace
@@ -54,14 +55,18 @@ def test_native_library_noise_is_dropped_from_stderr():
     result = SimpleNamespace(stdout="", stderr="")
     err = io.StringIO()
     relay = OutputRelay({0: result}, "rank0", stdout=io.StringIO(), stderr=err)
-    result.stderr = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-                     "UserWarning: a real warning\n")
+    result.stderr = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "UserWarning: a real warning\n"
+    )
     relay.pump(final=True)
     assert err.getvalue() == "UserWarning: a real warning\n"
 
 
-NATIVE = ("E0000 00:00:1732380000.123 4242 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
-          "Failed call to cuInit: UNKNOWN ERROR (303)")
+NATIVE = (
+    "E0000 00:00:1732380000.123 4242 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+    "Failed call to cuInit: UNKNOWN ERROR (303)"
+)
 
 
 def _native_stderr_through_a_pipe(user_writes):
@@ -118,8 +123,10 @@ def test_native_lines_show_with_output_all_and_a_cut_user_line_survives():
     relay.pump(final=True)
     assert _screen(err.getvalue()) == "progress 1 and 2\n"
 
-    results = {0: SimpleNamespace(stdout="", stderr=NATIVE_TAG + NATIVE + "\n"),
-               1: SimpleNamespace(stdout="", stderr="mine\n")}
+    results = {
+        0: SimpleNamespace(stdout="", stderr=NATIVE_TAG + NATIVE + "\n"),
+        1: SimpleNamespace(stdout="", stderr="mine\n"),
+    }
     err = io.StringIO()
     OutputRelay(results, "all", stdout=io.StringIO(), stderr=err).pump(final=True)
     assert sorted(err.getvalue().splitlines()) == [f"[rank 0] {NATIVE}", "[rank 1] mine"]

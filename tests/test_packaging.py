@@ -1,5 +1,6 @@
 """Packaging: the wheel carries the prebuilt labextension and the server config (no npm at user install), and the
 installed extension shows as enabled and OK in both `jupyter labextension list` and `jupyter server extension list`."""
+
 import subprocess
 import sys
 import zipfile
@@ -24,12 +25,26 @@ def test_server_extension_is_enabled_and_ok():
     lines = _listing("server", "extension", "list").splitlines()
     at = next(i for i, l in enumerate(lines) if l.strip().startswith("jupyter_dl"))
     assert "enabled" in lines[at]
-    assert any("jupyter_dl" in l and "OK" in l for l in lines[at + 1: at + 4]), lines[at: at + 4]
+    assert any("jupyter_dl" in l and "OK" in l for l in lines[at + 1 : at + 4]), lines[at : at + 4]
 
 
 def test_wheel_carries_prebuilt_labextension_and_server_config(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=600,
+    )
     wheel = next(tmp_path.glob("jupyter_dl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     data = "jupyter_dl-0.1.0.data/data/"

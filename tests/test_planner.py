@@ -1,4 +1,5 @@
 """The recommender's choice on constructed device tables where the right answer is known (no engines needed)."""
+
 import pytest
 
 from jupyter_dl.recommend.planner import (
@@ -10,8 +11,14 @@ from jupyter_dl.recommend.planner import (
     parse_duration,
 )
 
-FEATURES = {"flops_per_sample": 1e6, "activations_per_sample": 1e3, "params": 10_000, "trainable_params": 10_000,
-            "input_size": 64, "layers": 3}
+FEATURES = {
+    "flops_per_sample": 1e6,
+    "activations_per_sample": 1e3,
+    "params": 10_000,
+    "trainable_params": 10_000,
+    "input_size": 64,
+    "layers": 3,
+}
 # Per-sample step costs: "big" is 4x as fast as "small" and draws 8x the power.
 PER_SAMPLE_S = {"big": 0.25e-3, "small": 1e-3}
 

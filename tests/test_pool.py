@@ -1,5 +1,6 @@
 """The gang-admission pool on a simulated GPU inventory (no GPUs here; the pool only counts them, so a simulated
 inventory exercises the same code a real one does). Time is a fake clock the tests move."""
+
 import pytest
 
 from jupyter_dl.pool.gang import GangPool, PoolError, Quota
@@ -139,8 +140,11 @@ def test_a_plan_for_one_device_kind_runs_on_engines_of_that_kind():
     launcher = Launcher(_PinnedCluster())
     assert launcher._place(2, kind="gpu:Tesla T4") == [2, 3]
     assert launcher._place(1, [("a", 1), ("b", 0)], kind="gpu:Tesla T4") == [2]
-    with pytest.raises(UsageError, match=r"the plan runs 3 ranks on gpu:Tesla T4, but the cluster has 2 such "
-                                         r"engines \(2 x gpu:NVIDIA A100, 2 x gpu:Tesla T4\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"the plan runs 3 ranks on gpu:Tesla T4, but the cluster has 2 such "
+        r"engines \(2 x gpu:NVIDIA A100, 2 x gpu:Tesla T4\)",
+    ):
         launcher._place(3, kind="gpu:Tesla T4")
 
 

@@ -1,4 +1,5 @@
 """The quickstart notebook, executed top to bottom by nbclient in a real kernel with its own local cluster."""
+
 import pathlib
 
 import nbformat
@@ -14,8 +15,9 @@ def _texts(cell):
 
 def test_quickstart_runs_top_to_bottom():
     nb = nbformat.read(ROOT / "examples" / "quickstart.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}
+    ).execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     distributed_cell = next(c for c in nb.cells if c.source.startswith("%%distribute"))
@@ -24,8 +26,11 @@ def test_quickstart_runs_top_to_bottom():
     assert streamed.count("Epoch 1/10") == 1  # only rank 0 prints progress
     # The live view left static final figures (no widget manager here): the loss, then each rank's resources; and
     # the run summary.
-    figures = [o["data"]["application/vnd.plotly.v1+json"] for o in distributed_cell.outputs
-               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    figures = [
+        o["data"]["application/vnd.plotly.v1+json"]
+        for o in distributed_cell.outputs
+        if "application/vnd.plotly.v1+json" in o.get("data", {})
+    ]
     assert len(figures) == 2
     names = {trace.get("name") for trace in figures[0]["data"]}
     assert {"loss (batch, smoothed)", "loss", "val_loss", "accuracy", "val_accuracy"} <= names

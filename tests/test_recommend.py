@@ -1,4 +1,5 @@
 """Resource recommendations: model features, the probe on real engines, %dl_recommend and %%distribute --recommend."""
+
 import pytest
 
 CELL = """
@@ -16,10 +17,11 @@ def test_features_count_flops_params_and_layers_of_a_known_model():
 
     from jupyter_dl.recommend.features import model_features
 
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3), keras.layers.Flatten(),
-                              keras.layers.Dense(10)])
+    model = keras.Sequential(
+        [keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3), keras.layers.Flatten(), keras.layers.Dense(10)]
+    )
     f = model_features(model)
-    conv = 2 * (3 * 3 * 1) * (6 * 6 * 4)       # MACs per output position x positions x channels, times two
+    conv = 2 * (3 * 3 * 1) * (6 * 6 * 4)  # MACs per output position x positions x channels, times two
     dense = 2 * (6 * 6 * 4) * 10
     assert f.flops_by_group["conv"] == conv and f.flops_by_group["dense"] == dense
     assert f.params == (3 * 3 * 1 * 4 + 4) + (144 * 10 + 10) and f.layers == 3 and f.input_size == 64
@@ -30,12 +32,14 @@ def test_dl_recommend_probes_the_model_on_an_engine(shell, digits):
     import keras
 
     shell.user_ns.update(digits)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )
     model.compile(keras.optimizers.Adam(0.001), "sparse_categorical_crossentropy")
     shell.user_ns["model"] = model
-    result = shell.run_cell("plan = %dl_recommend model --data x_train,y_train --epochs 5 --deadline 10m",
-                            store_history=False)
+    result = shell.run_cell(
+        "plan = %dl_recommend model --data x_train,y_train --epochs 5 --deadline 10m", store_history=False
+    )
     assert result.success, result.error_in_exec
     rec = shell.user_ns["plan"]
     assert rec.chosen.kind == "cpu" and rec.chosen.basis == "measured" and rec.chosen.meets_deadline

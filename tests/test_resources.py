@@ -2,6 +2,7 @@
 to the kernel beside the metrics, and kept in the job store; the summary says where training time went (compute vs
 waiting in the gradient allreduce, from the ranks' own timings). Real 2-rank jobs on real engines. This machine has
 no GPU, so the GPU series are checked absent here (tests/test_gpu_pinning.py runs on the device machine)."""
+
 import time
 
 from jupyter_dl import api

@@ -4,6 +4,7 @@ The fault-injection suite covers a restart after an engine death and after an ex
 checkpoint must also do: survive a job that failed for good (the next run of the cell resumes it), restore a fit that
 had finished when a later line of the cell failed, and refuse a checkpoint that does not fit the model.
 """
+
 import os
 
 import numpy as np
@@ -58,11 +59,13 @@ def test_a_failed_run_is_resumed_by_the_next_run_of_the_cell(dl_session, tmp_pat
 
 def test_restart_after_the_fit_finished_restores_it_instead_of_training_again(dl_session, tmp_path, data, capsys):
     ckpt = str(tmp_path / "ckpt")
-    after = ("\nmarker = os.path.join(CKPT, 'failed-once')\n"
-             "if hvd.rank() == 0 and not os.path.exists(marker):\n"
-             "    open(marker, 'w').close()\n"
-             "    raise RuntimeError('evaluation failed')\n"
-             "hvd.allreduce(np.ones(1), name='after')\n").replace("CKPT", repr(ckpt))
+    after = (
+        "\nmarker = os.path.join(CKPT, 'failed-once')\n"
+        "if hvd.rank() == 0 and not os.path.exists(marker):\n"
+        "    open(marker, 'w').close()\n"
+        "    raise RuntimeError('evaluation failed')\n"
+        "hvd.allreduce(np.ones(1), name='after')\n"
+    ).replace("CKPT", repr(ckpt))
     namespace = dict(data)
     result = jupyter_dl.distribute(_cell() + after, n=2, namespace=namespace, restarts=1, checkpoint_dir=ckpt)
     assert len(result.job.restarts) == 1 and "evaluation failed" in result.job.restarts[0]["reason"]

@@ -1,4 +1,5 @@
 """--secret: the value reaches the ranks' environment and nowhere else (cell output, job store, logs, namespace)."""
+
 import pathlib
 
 SECRET = "s3cr3t-Value-9f1b2c"
@@ -6,11 +7,13 @@ SECRET = "s3cr3t-Value-9f1b2c"
 
 def test_secret_reaches_ranks_but_not_notebook_store_or_logs(shell, capsys, monkeypatch, dl_session):
     monkeypatch.setenv("JDL_TEST_TOKEN", SECRET)
-    code = ("%%distribute -n 2 --manual --output all --secret JDL_TEST_TOKEN\n"
-            "import os\n"
-            "token = os.environ['JDL_TEST_TOKEN']\n"
-            "print('the token is', token)\n"
-            "length = len(token)\n")
+    code = (
+        "%%distribute -n 2 --manual --output all --secret JDL_TEST_TOKEN\n"
+        "import os\n"
+        "token = os.environ['JDL_TEST_TOKEN']\n"
+        "print('the token is', token)\n"
+        "length = len(token)\n"
+    )
     result = shell.run_cell(code, store_history=False)
     assert result.success, result.error_in_exec
     captured = capsys.readouterr()

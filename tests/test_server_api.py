@@ -1,4 +1,5 @@
 """The REST API through a real jupyter_server (pytest-jupyter's jp_fetch), over a real job store on disk."""
+
 import json
 import subprocess
 import sys
@@ -64,8 +65,9 @@ async def test_errors_are_json_with_code_and_status(jp_fetch, store):
     assert err.value.code == 409 and json.loads(err.value.response.body)["code"] == "not_running"
 
 
-@pytest.mark.parametrize("path", [("jobs",), ("jobs", "abc"), ("jobs", "abc", "metrics"), ("jobs", "abc", "logs"),
-                                  ("cluster",)])
+@pytest.mark.parametrize(
+    "path", [("jobs",), ("jobs", "abc"), ("jobs", "abc", "metrics"), ("jobs", "abc", "logs"), ("cluster",)]
+)
 async def test_unauthenticated_requests_are_refused(jp_fetch, path):
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-dl", "api", *path, headers={"Authorization": "token wrong"})
@@ -117,7 +119,6 @@ async def test_cluster_endpoint(jp_fetch):
     assert isinstance(body["clusters"], list) and body["gpus"] == []  # no GPU on this machine
 
 
-
 async def test_notebook_path_is_relative_to_the_server_root(jp_fetch, store, jp_root_dir):
     """The kernel records the notebook's absolute path; the panel opens it by the path under the server's root."""
     inside = _add(store, "inside", "succeeded", notebook=str(jp_root_dir / "sub dir" / "demo.ipynb"))
@@ -131,8 +132,9 @@ async def test_notebook_path_is_relative_to_the_server_root(jp_fetch, store, jp_
     assert job["notebook"] == "sub dir/demo.ipynb"
     # The contents API (what docmanager:open asks) finds it by that path.
     (jp_root_dir / "sub dir").mkdir()
-    (jp_root_dir / "sub dir" / "demo.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, '
-                                                        '"nbformat_minor": 5}')
+    (jp_root_dir / "sub dir" / "demo.ipynb").write_text(
+        '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
     contents = await _json(await jp_fetch("api", "contents", "sub dir", "demo.ipynb"))
     assert contents["type"] == "notebook"
     assert store.load(outside.id).notebook == "/elsewhere/other.ipynb"  # the store keeps what the kernel wrote
@@ -152,8 +154,9 @@ async def test_metrics_pages_stop_at_the_limit_and_say_there_is_more(jp_fetch, s
     store.append_metrics(job.id, [{"kind": "batch", "step": i} for i in range(12)])
     pages, since = [], 0
     while True:
-        body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics",
-                                          params={"since": since, "limit": 5}))
+        body = await _json(
+            await jp_fetch("jupyter-dl", "api", "jobs", job.id, "metrics", params={"since": since, "limit": 5})
+        )
         pages.append([r["step"] for r in body["records"]])
         since = body["next"]
         if not body["more"]:
@@ -178,22 +181,48 @@ def _cluster_file(ipython_dir, cluster_id, controller_pid, engine_pids):
     """A cluster file as ipyparallel writes it for a local cluster (controller and one engine set)."""
     profile_dir = ipython_dir / "profile_default"
     (profile_dir / "security").mkdir(parents=True, exist_ok=True)
-    engines = {str(i): {"cluster_id": cluster_id, "n": 1, "pid": pid, "profile_dir": str(profile_dir),
-                        "state": "running"} for i, pid in enumerate(engine_pids)}
-    data = {"cluster": {"cluster_id": cluster_id, "n": len(engine_pids), "profile_dir": str(profile_dir),
-                        "class": "ipyparallel.cluster.cluster.Cluster"},
-            "controller": {"class": "local", "state": {"cluster_id": cluster_id, "pid": controller_pid,
-                                                       "profile_dir": str(profile_dir), "state": "running"}},
-            "engines": {"class": "local", "sets": {"1": {"cluster_id": cluster_id, "n": len(engine_pids), "pid": -1,
-                                                         "profile_dir": str(profile_dir), "state": "running",
-                                                         "engines": engines}}}}
+    engines = {
+        str(i): {"cluster_id": cluster_id, "n": 1, "pid": pid, "profile_dir": str(profile_dir), "state": "running"}
+        for i, pid in enumerate(engine_pids)
+    }
+    data = {
+        "cluster": {
+            "cluster_id": cluster_id,
+            "n": len(engine_pids),
+            "profile_dir": str(profile_dir),
+            "class": "ipyparallel.cluster.cluster.Cluster",
+        },
+        "controller": {
+            "class": "local",
+            "state": {
+                "cluster_id": cluster_id,
+                "pid": controller_pid,
+                "profile_dir": str(profile_dir),
+                "state": "running",
+            },
+        },
+        "engines": {
+            "class": "local",
+            "sets": {
+                "1": {
+                    "cluster_id": cluster_id,
+                    "n": len(engine_pids),
+                    "pid": -1,
+                    "profile_dir": str(profile_dir),
+                    "state": "running",
+                    "engines": engines,
+                }
+            },
+        },
+    }
     path = profile_dir / "security" / f"cluster-{cluster_id}.json"
     path.write_text(json.dumps(data))
     return path
 
 
-async def test_cluster_rows_name_their_notebook_and_hosts_and_can_be_stopped(jp_fetch, store, tmp_path,
-                                                                             monkeypatch, jp_root_dir):
+async def test_cluster_rows_name_their_notebook_and_hosts_and_can_be_stopped(
+    jp_fetch, store, tmp_path, monkeypatch, jp_root_dir
+):
     """A cluster a jupyter-dl kernel started is named after the kernel's pid: the panel shows that kernel's notebook
     and the engines per host, and stops it on request (its processes end; the list no longer shows it)."""
     import asyncio
@@ -232,38 +261,67 @@ async def test_cluster_rows_name_their_notebook_and_hosts_and_can_be_stopped(jp_
 async def test_finished_jobs_carry_their_final_metrics(jp_fetch, store):
     """The panel shows a finished row's final metrics: the last epoch's logs, read from the end of its metrics."""
     done = _add(store, "done", "succeeded")
-    store.append_metrics(done.id, [{"kind": "batch", "rank": 0, "t": 1.0, "epoch": 0, "step": 1, "logs": {"loss": 9.0}}]
-                         + [{"kind": "epoch", "rank": 0, "t": 2.0 + e, "epoch": e, "logs": {"loss": 1.0 / (e + 1),
-                                                                                           "accuracy": 0.5 + e / 10}}
-                            for e in range(3)]
-                         + [{"kind": "end", "rank": 0, "t": 9.0}])
+    store.append_metrics(
+        done.id,
+        [{"kind": "batch", "rank": 0, "t": 1.0, "epoch": 0, "step": 1, "logs": {"loss": 9.0}}]
+        + [
+            {
+                "kind": "epoch",
+                "rank": 0,
+                "t": 2.0 + e,
+                "epoch": e,
+                "logs": {"loss": 1.0 / (e + 1), "accuracy": 0.5 + e / 10},
+            }
+            for e in range(3)
+        ]
+        + [{"kind": "end", "rank": 0, "t": 9.0}],
+    )
     _add(store, "running", "running")
     body = await _json(await jp_fetch("jupyter-dl", "api", "jobs"))
     by_name = {j["name"]: j for j in body["jobs"]}
     assert by_name["done"]["final_metrics"] == {"loss": pytest.approx(1 / 3), "accuracy": pytest.approx(0.7)}
     assert "final_metrics" not in by_name["running"]
-    assert (await _json(await jp_fetch("jupyter-dl", "api", "jobs", done.id)))["final_metrics"]["loss"] == \
-        pytest.approx(1 / 3)
-    assert _add(store, "no-epochs", "failed") and \
-        {j["name"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}[
-            "no-epochs"]["final_metrics"] is None
+    assert (await _json(await jp_fetch("jupyter-dl", "api", "jobs", done.id)))["final_metrics"][
+        "loss"
+    ] == pytest.approx(1 / 3)
+    assert (
+        _add(store, "no-epochs", "failed")
+        and {j["name"]: j for j in (await _json(await jp_fetch("jupyter-dl", "api", "jobs")))["jobs"]}["no-epochs"][
+            "final_metrics"
+        ]
+        is None
+    )
 
 
 def _trained(store, name, n, user=None, losses=(1.0, 0.5), steps=5):
     """A succeeded job as the launcher leaves it: begin/batch/epoch/throughput records and the kept cell source."""
     job = Job(name=name, n=n, user=user, options={"n": n, "lr_scale": "linear"})
     job.transition("starting")
-    records = [{"kind": "begin", "rank": r, "t": 100.0, "epochs": len(losses), "steps": steps, "batch_size": 32,
-                "samples_per_epoch": steps * 32, "initial_epoch": 0} for r in range(n)]
+    records = [
+        {
+            "kind": "begin",
+            "rank": r,
+            "t": 100.0,
+            "epochs": len(losses),
+            "steps": steps,
+            "batch_size": 32,
+            "samples_per_epoch": steps * 32,
+            "initial_epoch": 0,
+        }
+        for r in range(n)
+    ]
     t = 100.0
     for epoch, loss in enumerate(losses):
         for step in range(1, steps + 1):
             t += 0.1
-            records.append({"kind": "batch", "t": t, "epoch": epoch, "step": step, "steps": steps,
-                            "logs": {"loss": loss}})
+            records.append(
+                {"kind": "batch", "t": t, "epoch": epoch, "step": step, "steps": steps, "logs": {"loss": loss}}
+            )
         records.append({"kind": "epoch", "rank": 0, "t": t, "epoch": epoch, "logs": {"loss": loss}})
-    records += [{"kind": "throughput", "rank": r, "t": t, "epoch": len(losses) - 1, "samples": 1000, "seconds": 10}
-                for r in range(n)]
+    records += [
+        {"kind": "throughput", "rank": r, "t": t, "epoch": len(losses) - 1, "samples": 1000, "seconds": 10}
+        for r in range(n)
+    ]
     store.append_metrics(job.id, records)
     (store.job_dir(job.id) / "results").mkdir(parents=True)
     (store.job_dir(job.id) / "results" / "cell.py").write_text("model.fit(x, y)\n")
@@ -274,8 +332,9 @@ def _trained(store, name, n, user=None, losses=(1.0, 0.5), steps=5):
 
 async def test_compare_gives_both_runs_curves_and_the_table(jp_fetch, store):
     one, two = _trained(store, "cmp", 1), _trained(store, "cmp", 2, losses=(0.9, 0.4))
-    body = await _json(await jp_fetch("jupyter-dl", "api", "compare", params={"ids": f"{one.id},{two.id}",
-                                                                              "x": "epoch"}))
+    body = await _json(
+        await jp_fetch("jupyter-dl", "api", "compare", params={"ids": f"{one.id},{two.id}", "x": "epoch"})
+    )
     assert body["x"] == "epoch" and [r["id"] for r in body["runs"]] == [one.id, two.id]
     assert {(c["run"], c["metric"]) for c in body["curves"]} >= {(one.id, "loss"), (two.id, "loss")}
     loss = next(c for c in body["curves"] if c["run"] == two.id and c["metric"] == "loss")
@@ -284,12 +343,15 @@ async def test_compare_gives_both_runs_curves_and_the_table(jp_fetch, store):
     assert {"settings", "final metrics", "performance"} <= sections
 
 
-@pytest.mark.parametrize("params, status, needle", [
-    ({"ids": "nosuchjob,other"}, 404, "no job 'nosuchjob'"),
-    ({"ids": "JOB"}, 400, "two or more job ids"),
-    ({"ids": ""}, 400, "two or more job ids"),
-    ({"ids": "JOB,JOB2", "x": "furlongs"}, 400, "x must be one of"),
-])
+@pytest.mark.parametrize(
+    "params, status, needle",
+    [
+        ({"ids": "nosuchjob,other"}, 404, "no job 'nosuchjob'"),
+        ({"ids": "JOB"}, 400, "two or more job ids"),
+        ({"ids": ""}, 400, "two or more job ids"),
+        ({"ids": "JOB,JOB2", "x": "furlongs"}, 400, "x must be one of"),
+    ],
+)
 async def test_compare_bad_input_is_a_one_line_error(jp_fetch, store, params, status, needle):
     one, two = _trained(store, "a", 1), _trained(store, "b", 2)
     params = {k: v.replace("JOB2", two.id).replace("JOB", one.id) for k, v in params.items()}
@@ -324,8 +386,7 @@ def kept_model_bytes(tmp_path_factory):
     """A real `.keras` file, written by Keras as JobResults does (in a subprocess: TensorFlow stays out of this
     one), or None where Keras is not installed."""
     path = tmp_path_factory.mktemp("model") / "model.keras"
-    code = ("import keras; m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]); "
-            f"m.save({str(path)!r})")
+    code = f"import keras; m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]); m.save({str(path)!r})"
     if subprocess.run([sys.executable, "-c", code], capture_output=True).returncode != 0:
         return None
     return path.read_bytes()

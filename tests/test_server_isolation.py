@@ -2,6 +2,7 @@
 
 A real jupyter_server whose identity provider says who is signed in, as JupyterHub's does for a single-user server
 (jupyter_server's default names an anonymous user anew on every token request, so a name cannot be compared)."""
+
 import json
 
 import pytest
@@ -29,8 +30,10 @@ def store(tmp_path):
 
 @pytest.fixture
 def jp_server_config(store):
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_dl": True}, "identity_provider_class": SignedInAsAnn},
-            "JobStore": {"root": store.root}}
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_dl": True}, "identity_provider_class": SignedInAsAnn},
+        "JobStore": {"root": store.root},
+    }
 
 
 def _add(store, name, user):
@@ -45,8 +48,12 @@ async def test_users_see_and_cancel_only_their_own_jobs(jp_fetch, store, monkeyp
     mine, theirs = _add(store, "mine", "ann"), _add(store, "theirs", "mallory")
     body = json.loads((await jp_fetch("jupyter-dl", "api", "jobs")).body)
     assert [j["name"] for j in body["jobs"]] == ["mine"]
-    for path, method in (((theirs.id,), "GET"), ((theirs.id,), "DELETE"), ((theirs.id, "logs"), "GET"),
-                         ((theirs.id, "metrics"), "GET")):
+    for path, method in (
+        ((theirs.id,), "GET"),
+        ((theirs.id,), "DELETE"),
+        ((theirs.id, "logs"), "GET"),
+        ((theirs.id, "metrics"), "GET"),
+    ):
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("jupyter-dl", "api", "jobs", *path, method=method)
         assert err.value.code == 404 and json.loads(err.value.response.body)["code"] == "not_found"

@@ -1,4 +1,5 @@
 """Every rank must get the same number of batches, or the last allreduce waits forever."""
+
 import numpy as np
 import pytest
 

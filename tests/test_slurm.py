@@ -4,6 +4,7 @@ ipyparallel's own Slurm launcher submits the engines as one batch job of N tasks
 once (its gang allocation) and the notebook connects to that cluster unchanged. The fixture runs the daemons with a
 generated slurm.conf in a temporary directory and its own ports, so it needs no system configuration.
 """
+
 import os
 import pathlib
 import shutil
@@ -34,8 +35,9 @@ def _munge_running():
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     for tool in ("slurmctld", "slurmd", "sbatch", "sinfo", "munged"):
-        assert shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}"), \
+        assert shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}"), (
             f"{tool} is missing: run `make setup` (scripts/setup.sh installs Debian's slurm-wlm and munge)"
+        )
     if not _munge_running():
         # Without systemd nobody made munged's socket directory; the Debian package made the user and the key.
         os.makedirs("/run/munge", exist_ok=True)
@@ -57,12 +59,12 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SlurmUser=root
 SlurmdUser=root
-StateSaveLocation={root / 'state'}
-SlurmdSpoolDir={root / 'spool'}
-SlurmctldLogFile={root / 'log' / 'slurmctld.log'}
-SlurmdLogFile={root / 'log' / 'slurmd.log'}
-SlurmctldPidFile={root / 'slurmctld.pid'}
-SlurmdPidFile={root / 'slurmd.pid'}
+StateSaveLocation={root / "state"}
+SlurmdSpoolDir={root / "spool"}
+SlurmctldLogFile={root / "log" / "slurmctld.log"}
+SlurmdLogFile={root / "log" / "slurmd.log"}
+SlurmctldPidFile={root / "slurmctld.pid"}
+SlurmdPidFile={root / "slurmd.pid"}
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -74,15 +76,20 @@ NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=jdl Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """)
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    daemons = [subprocess.Popen([f"/usr/sbin/{d}", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for d in ("slurmctld", "slurmd")]
+    daemons = [
+        subprocess.Popen(
+            [f"/usr/sbin/{d}", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for d in ("slurmctld", "slurmd")
+    ]
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(conf)  # sbatch, squeue and scancel (run by ipyparallel) find this Slurm
     try:
         deadline = time.monotonic() + 60
         while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout:
-            assert time.monotonic() < deadline and all(d.poll() is None for d in daemons), \
-                (root / "log" / "slurmctld.log").read_text()[-2000:]
+            assert time.monotonic() < deadline and all(d.poll() is None for d in daemons), (
+                root / "log" / "slurmctld.log"
+            ).read_text()[-2000:]
             time.sleep(0.5)
         yield root
     finally:
@@ -104,8 +111,13 @@ def _rank_size_host():
 
 
 def test_engines_started_by_slurm_run_a_horovod_job(slurm, tmp_path):
-    cluster = ipp.Cluster(n=2, engines="slurm", profile_dir=str(tmp_path / "profile_slurm"),
-                          cluster_id=f"slurm-{uuid.uuid4().hex[:6]}", log_level=40)
+    cluster = ipp.Cluster(
+        n=2,
+        engines="slurm",
+        profile_dir=str(tmp_path / "profile_slurm"),
+        cluster_id=f"slurm-{uuid.uuid4().hex[:6]}",
+        log_level=40,
+    )
     cluster.start_controller_sync()
     try:
         cluster.start_engines_sync(batch_file_name=str(tmp_path / "engines.sbatch"))  # not into the repository
@@ -135,27 +147,39 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
     engines; stopping the cluster ends the Slurm job."""
     import threading
 
-    blocker = subprocess.run(["sbatch", "--parsable", "-n", str(os.cpu_count()), "-o", "/dev/null", "--wrap",
-                              "sleep 600"],
-                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    blocker = (
+        subprocess.run(
+            ["sbatch", "--parsable", "-n", str(os.cpu_count()), "-o", "/dev/null", "--wrap", "sleep 600"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
     session = Session()
     session.cluster.profile = f"jdl-slurm-{uuid.uuid4().hex[:6]}"
     started = {}
     try:
         _wait_squeue(lambda jobs: jobs.get(blocker, ("",))[0] == "RUNNING", "the blocking job never ran")
-        starter = threading.Thread(target=lambda: started.update(status=session.cluster.start(2, engines="slurm")),
-                                   daemon=True)
+        starter = threading.Thread(
+            target=lambda: started.update(status=session.cluster.start(2, engines="slurm")), daemon=True
+        )
         starter.start()
-        pending = _wait_squeue(lambda jobs: any(j != blocker and s == ("PENDING", "Resources")
-                                                for j, s in jobs.items()), "the engines' job never pended")
+        pending = _wait_squeue(
+            lambda jobs: any(j != blocker and s == ("PENDING", "Resources") for j, s in jobs.items()),
+            "the engines' job never pended",
+        )
         time.sleep(2)  # the kernel polls the queue once a second
         assert session.cluster.engine_ids() == []  # all or nothing: no engine runs while the job pends
         (engines_job,) = [j for j in pending if j != blocker]
         # The batch script is kept with the cluster's files, not written into the notebook's folder.
         assert list(pathlib.Path(session.cluster.cluster.profile_dir).glob("*-engines-0.sbatch"))
         assert not os.path.exists("slurm_engine.sbatch")
-        assert (f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
-                in capsys.readouterr().err)
+        assert (
+            f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
+            in capsys.readouterr().err
+        )
         subprocess.run(["scancel", blocker], check=True)
         starter.join(180)
         assert started["status"]["engines"] == 2 and started["status"]["launcher"] == "slurm"

@@ -1,6 +1,7 @@
 """`%dl_template X Y` through IPython's real magic machinery: for each data kind the cell it writes below runs as a
 real 2-rank job (`%%distribute -n 2` in place of `--recommend`, to keep it short; one run keeps `--recommend`) and the
 model it trains beats a trivial baseline on held-out data made here."""
+
 import numpy as np
 import pytest
 
@@ -136,13 +137,16 @@ def test_kind_rules():
     assert describe(rng.random((50, 8)), rng.integers(0, 9, 50), kind="sequence").kind == "sequence"
 
 
-@pytest.mark.parametrize("setup, line, message", [
-    ({}, "nope y", "no variable named 'nope'"),
-    ({"a": np.zeros((10, 3)), "b": np.zeros(9)}, "a b", "X has 10 samples but Y has 9"),
-    ({"a": np.zeros((10, 2, 2, 2, 2)), "b": np.zeros(10)}, "a b", "X has shape (10, 2, 2, 2, 2)"),
-    ({"a": ["x"] * 10, "b": np.zeros(10)}, "a b", "X must be a NumPy array"),
-    ({"a": np.zeros((10, 3)), "b": np.zeros(10)}, "a b --kind video", "invalid choice: 'video'"),
-])
+@pytest.mark.parametrize(
+    "setup, line, message",
+    [
+        ({}, "nope y", "no variable named 'nope'"),
+        ({"a": np.zeros((10, 3)), "b": np.zeros(9)}, "a b", "X has 10 samples but Y has 9"),
+        ({"a": np.zeros((10, 2, 2, 2, 2)), "b": np.zeros(10)}, "a b", "X has shape (10, 2, 2, 2, 2)"),
+        ({"a": ["x"] * 10, "b": np.zeros(10)}, "a b", "X must be a NumPy array"),
+        ({"a": np.zeros((10, 3)), "b": np.zeros(10)}, "a b --kind video", "invalid choice: 'video'"),
+    ],
+)
 def test_bad_input_is_one_line(shell, capsys, setup, line, message):
     shell.user_ns.update({"y": np.zeros(3), **setup})
     shell.rl_next_input = None

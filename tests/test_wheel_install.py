@@ -8,6 +8,7 @@ Dependencies are pinned to the versions of the environment the rest of the suite
 resolver does not wander and pip's download cache is hit on later runs): TensorFlow's version is also the Horovod
 wheel cache's key.
 """
+
 import importlib.metadata
 import json
 import os
@@ -39,8 +40,9 @@ class _Steps:
 
     def run(self, step, command, timeout, check=True):
         start = time.monotonic()
-        out = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout,
-                             cwd=self.cwd, env=self.env)
+        out = subprocess.run(
+            [str(c) for c in command], capture_output=True, text=True, timeout=timeout, cwd=self.cwd, env=self.env
+        )
         self.times[step] = self.times.get(step, 0.0) + time.monotonic() - start
         print(f"{step}: {self.times[step]:.1f} s (exit {out.returncode})")
         if check:
@@ -50,14 +52,27 @@ class _Steps:
 
 def _clean_env(venv, data_dir):
     """The environment a user's shell has after activating the new venv: nothing pointing into this repository."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "JUPYTER_PATH",
-                        "JUPYTER_CONFIG_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DL_POOL_URL", "IPYTHONDIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "PYTHONPATH",
+            "PYTHONHOME",
+            "PYTHONSTARTUP",
+            "VIRTUAL_ENV",
+            "JUPYTER_PATH",
+            "JUPYTER_CONFIG_PATH",
+            "JUPYTER_CONFIG_DIR",
+            "JUPYTER_DL_POOL_URL",
+            "IPYTHONDIR",
+        )
+    }
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p and not Path(p).resolve().is_relative_to(ROOT)]
     env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
     env["VIRTUAL_ENV"] = str(venv)
     env["PYTHONNOUSERSITE"] = "1"
-    env["JUPYTER_DATA_DIR"] = str(data_dir)          # its own job store and kernel specs
+    env["JUPYTER_DATA_DIR"] = str(data_dir)  # its own job store and kernel specs
     env["JUPYTER_CONFIG_DIR"] = str(data_dir / "config")
     env["IPYTHONDIR"] = str(data_dir / "ipython")
     return env
@@ -76,13 +91,13 @@ def _constraints(path):
 
 CELLS = [
     # The kernel itself: which Python, which jupyter_dl.
-    'import json, sys, jupyter_dl\n'
+    "import json, sys, jupyter_dl\n"
     'print(json.dumps({"python": sys.executable, "jupyter_dl": jupyter_dl.__file__, "path": sys.path}))',
     "%load_ext jupyter_dl",
-    'import numpy as np\n'
+    "import numpy as np\n"
     'x = np.random.default_rng(0).normal(size=(1024, 8)).astype("float32")\n'
     'y = x @ np.arange(1, 9, dtype="float32") / 8',
-    textwrap.dedent('''\
+    textwrap.dedent("""\
         %%distribute -n 2
         import sys
         import keras
@@ -96,7 +111,7 @@ CELLS = [
         history = model.fit(x, y, epochs=5, batch_size=32, verbose=0)
         ranks = hvd.size()
         engine = {"python": sys.executable, "jupyter_dl": jupyter_dl.__file__, "horovod": horovod.__file__,
-                  "path": sys.path}'''),
+                  "path": sys.path}"""),
     'print(json.dumps({"ranks": ranks, "engine": engine, "loss": history.history["loss"]}))',
     "%dl_cluster stop",
 ]
@@ -121,7 +136,7 @@ def _outside_repo(path):
 @pytest.mark.timeout(3000)  # a machine without the cached Horovod wheel builds it (minutes)
 def test_wheel_in_a_fresh_venv_doctor_install_horovod_and_a_2_rank_cell(tmp_path):
     started = time.monotonic()
-    work = tmp_path / "user"          # the user's folder: every command runs here
+    work = tmp_path / "user"  # the user's folder: every command runs here
     work.mkdir()
     venv = tmp_path / "venv"
     python = venv / "bin" / "python"
@@ -130,20 +145,34 @@ def test_wheel_in_a_fresh_venv_doctor_install_horovod_and_a_2_rank_cell(tmp_path
         # 1. The wheel, as test_packaging builds it: the prebuilt labextension inside, no npm.
         wheels = tmp_path / "dist"
         steps.env = dict(os.environ)
-        steps.run("build wheel", [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                                  "-w", wheels, ROOT], timeout=600)
+        steps.run(
+            "build wheel",
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, ROOT],
+            timeout=600,
+        )
         (wheel,) = wheels.glob("jupyter_dl-*.whl")
 
         # 2. A fresh venv (its own pip), and the wheel with its dependencies from the index.
         steps.run("create venv", [sys.executable, "-m", "venv", venv], timeout=300)
         steps.env = _clean_env(venv, tmp_path / "jupyter")
         pins = _constraints(tmp_path / "constraints.txt")
-        steps.run("pip install wheel", [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                        wheel, "-c", pins], timeout=1200)
+        steps.run(
+            "pip install wheel",
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel, "-c", pins],
+            timeout=1200,
+        )
 
         # Nothing comes from the repository: the package, and the Python path, are the venv's.
-        where = steps.run("where", [python, "-c", "import json, sys, jupyter_dl, tensorflow; print(json.dumps("
-                                    "[jupyter_dl.__file__, tensorflow.__version__, sys.path]))"], timeout=300)
+        where = steps.run(
+            "where",
+            [
+                python,
+                "-c",
+                "import json, sys, jupyter_dl, tensorflow; print(json.dumps("
+                "[jupyter_dl.__file__, tensorflow.__version__, sys.path]))",
+            ],
+            timeout=300,
+        )
         package, tf_version, path = json.loads(where.stdout.strip().splitlines()[-1])
         assert Path(package).is_relative_to(venv), package
         assert tf_version == importlib.metadata.version("tensorflow")
@@ -182,9 +211,13 @@ def test_wheel_in_a_fresh_venv_doctor_install_horovod_and_a_2_rank_cell(tmp_path
 
         # 6. A 2-rank cell through nbclient, with that environment's kernel and engines.
         notebook, executed = work / "first-job.ipynb", work / "first-job.out.ipynb"
-        nbformat.write(new_notebook(cells=[new_code_cell(c) for c in CELLS],
-                                    metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                             "language": "python"}}), notebook)
+        nbformat.write(
+            new_notebook(
+                cells=[new_code_cell(c) for c in CELLS],
+                metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            ),
+            notebook,
+        )
         (work / "driver.py").write_text(DRIVER)
         run = steps.run("notebook (2 ranks)", [python, "driver.py", notebook, executed, work], timeout=900)
         print(run.stdout.strip().splitlines()[-1])
@@ -193,8 +226,9 @@ def test_wheel_in_a_fresh_venv_doctor_install_horovod_and_a_2_rank_cell(tmp_path
         assert not errors, errors
 
         def printed(index):
-            return "".join(o.get("text", "") for o in nb.cells[index].outputs if o.output_type == "stream"
-                           and o.name == "stdout")
+            return "".join(
+                o.get("text", "") for o in nb.cells[index].outputs if o.output_type == "stream" and o.name == "stdout"
+            )
 
         kernel = json.loads(printed(0).strip().splitlines()[-1])
         assert kernel["python"] == str(python), kernel

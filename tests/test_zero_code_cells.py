@@ -5,13 +5,14 @@ For every cell: both ranks end with identical trainable weights (gathered on the
 jupyter-dl's own divergence guard), the model comes back to the notebook with rank 0's weights and works for
 `predict`/`evaluate`, the guard stays silent, and the score is within a stated tolerance of the single-process run.
 """
+
 import textwrap
 
 import numpy as np
 import pytest
 
-ACCURACY_TOLERANCE = 0.06   # absolute, on digits' 397 held-out samples, after a few epochs
-LOSS_TOLERANCE = 0.35       # relative, for cells scored by a loss
+ACCURACY_TOLERANCE = 0.06  # absolute, on digits' 397 held-out samples, after a few epochs
+LOSS_TOLERANCE = 0.35  # relative, for cells scored by a loss
 
 # Data every cell can read, derived from sklearn's digits (no download).
 DATA = """
@@ -37,24 +38,49 @@ ACCURACY = "float(model.evaluate(x_test, y_test, verbose=0)[1])"
 
 def case(name, cell, setup="", score=ACCURACY, kind="accuracy", models=("model",), local_teardown="", check=""):
     """check: an expression that must hold in the notebook after the distributed run."""
-    return pytest.param(dict(setup=textwrap.dedent(setup), cell=textwrap.dedent(cell), score=score, kind=kind,
-                             models=models, local_teardown=local_teardown, check=check), id=name)
+    return pytest.param(
+        dict(
+            setup=textwrap.dedent(setup),
+            cell=textwrap.dedent(cell),
+            score=score,
+            kind=kind,
+            models=models,
+            local_teardown=local_teardown,
+            check=check,
+        ),
+        id=name,
+    )
 
 
 CASES = [
-    case("sequential-compiled-in-cell", BUILD + """
+    case(
+        "sequential-compiled-in-cell",
+        BUILD
+        + """
         history = model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0)
-    """),
-    case("compiled-in-an-earlier-cell", setup=BUILD, cell="""
+    """,
+    ),
+    case(
+        "compiled-in-an-earlier-cell",
+        setup=BUILD,
+        cell="""
         history = model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0)
-    """),
-    case("second-fit-on-the-model-that-came-back", setup=BUILD + """
+    """,
+    ),
+    case(
+        "second-fit-on-the-model-that-came-back",
+        setup=BUILD
+        + """
         %%distribute -n 2
         history = model.fit(x_train, y_train, batch_size=32, epochs=2, verbose=0)
-    """, cell="""
+    """,
+        cell="""
         history = model.fit(x_train, y_train, batch_size=32, epochs=2, verbose=0)
-    """),
-    case("functional-api", """
+    """,
+    ),
+    case(
+        "functional-api",
+        """
         import keras
         keras.utils.set_random_seed(0)
         inputs = keras.Input((64,))
@@ -63,8 +89,11 @@ CASES = [
         model = keras.Model(inputs, outputs)
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
-    """),
-    case("subclassed-model-with-constructor-arguments", """
+    """,
+    ),
+    case(
+        "subclassed-model-with-constructor-arguments",
+        """
         import keras
         keras.utils.set_random_seed(0)
 
@@ -80,8 +109,11 @@ CASES = [
         model = Net(hidden=64)
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
-    """),
-    case("subclassed-model-with-custom-train-step", """
+    """,
+    ),
+    case(
+        "subclassed-model-with-custom-train-step",
+        """
         import keras
         import tensorflow as tf
         keras.utils.set_random_seed(0)
@@ -113,8 +145,12 @@ CASES = [
         model = Trainer()
         model.compile(optimizer=keras.optimizers.Adam(0.002))
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())"),
-    case("custom-layer-loss-and-metric-defined-in-cell", """
+    """,
+        score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())",
+    ),
+    case(
+        "custom-layer-loss-and-metric-defined-in-cell",
+        """
         import keras
         keras.utils.set_random_seed(0)
 
@@ -146,8 +182,12 @@ CASES = [
         model = keras.Sequential([keras.Input((64,)), Scaled(64), keras.layers.Dense(10, activation="softmax")])
         model.compile("adam", loss=smooth_xent, metrics=[Hits(name="hits")])
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float(model.evaluate(x_test, y_test, verbose=0, return_dict=True)['hits'])"),
-    case("custom-loop-eager-apply-gradients", """
+    """,
+        score="float(model.evaluate(x_test, y_test, verbose=0, return_dict=True)['hits'])",
+    ),
+    case(
+        "custom-loop-eager-apply-gradients",
+        """
         import keras
         import tensorflow as tf
         keras.utils.set_random_seed(0)
@@ -162,14 +202,19 @@ CASES = [
                     loss = loss_fn(yb, model(xb, training=True))
                 grads = tape.gradient(loss, model.trainable_variables)
                 optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    """, score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())"),
-    case("custom-loop-tf-function-optimizer-from-earlier-cell", setup="""
+    """,
+        score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())",
+    ),
+    case(
+        "custom-loop-tf-function-optimizer-from-earlier-cell",
+        setup="""
         import keras
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
                                   keras.layers.Dense(10)])
         optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
-    """, cell="""
+    """,
+        cell="""
         import tensorflow as tf
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -183,19 +228,27 @@ CASES = [
         for epoch in range(3):
             for start in range(0, len(x_train), 64):
                 train_step(x_train[start:start + 64], y_train[start:start + 64])
-    """, score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())"),
-    case("transfer-learning-frozen-base", setup="""
+    """,
+        score="float((model.predict(x_test, verbose=0).argmax(1) == y_test).mean())",
+    ),
+    case(
+        "transfer-learning-frozen-base",
+        setup="""
         import keras
         keras.utils.set_random_seed(0)
         base = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu", name="features")])
         base.trainable = False
-    """, cell="""
+    """,
+        cell="""
         model = keras.Sequential([base, keras.layers.Dense(32, activation="relu"),
                                   keras.layers.Dense(10, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_train, y_train, epochs=10, batch_size=32, verbose=0)
-    """),
-    case("multi-output-losses-dict", """
+    """,
+    ),
+    case(
+        "multi-output-losses-dict",
+        """
         import keras
         keras.utils.set_random_seed(0)
         inputs = keras.Input((64,))
@@ -206,8 +259,12 @@ CASES = [
         model.compile("adam", loss={"digit": "sparse_categorical_crossentropy", "ink": "mse"},
                       loss_weights={"digit": 1.0, "ink": 0.5}, metrics={"digit": ["accuracy"]})
         model.fit(x_train, {"digit": y_train, "ink": y_sum}, epochs=4, batch_size=32, verbose=0)
-    """, score="float((model.predict(x_test, verbose=0)['digit'].argmax(1) == y_test).mean())"),
-    case("multi-input-dict-of-arrays", """
+    """,
+        score="float((model.predict(x_test, verbose=0)['digit'].argmax(1) == y_test).mean())",
+    ),
+    case(
+        "multi-input-dict-of-arrays",
+        """
         import keras
         keras.utils.set_random_seed(0)
         top, bottom = keras.Input((32,), name="top"), keras.Input((32,), name="bottom")
@@ -216,25 +273,44 @@ CASES = [
         model = keras.Model({"top": top, "bottom": bottom}, keras.layers.Dense(10, activation="softmax")(merged))
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit({"top": x_train[:, :32], "bottom": x_train[:, 32:]}, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float(model.evaluate({'top': x_test[:, :32], 'bottom': x_test[:, 32:]}, y_test, verbose=0)[1])"),
-    case("pandas-frame-and-series", setup="""
+    """,
+        score="float(model.evaluate({'top': x_test[:, :32], 'bottom': x_test[:, 32:]}, y_test, verbose=0)[1])",
+    ),
+    case(
+        "pandas-frame-and-series",
+        setup="""
         import pandas as pd
         frame = pd.DataFrame(x_train, columns=[f"px{i}" for i in range(64)])
         labels = pd.Series(y_train, name="digit")
-    """, cell=BUILD + """
+    """,
+        cell=BUILD
+        + """
         history = model.fit(frame, labels, epochs=4, batch_size=32, verbose=0, validation_split=0.1)
-    """, score="float(model.evaluate(pd.DataFrame(x_test, columns=frame.columns), pd.Series(y_test), verbose=0)[1])"),
-    case("tf-data-dataset-batched-and-shuffled", BUILD + """
+    """,
+        score="float(model.evaluate(pd.DataFrame(x_test, columns=frame.columns), pd.Series(y_test), verbose=0)[1])",
+    ),
+    case(
+        "tf-data-dataset-batched-and-shuffled",
+        BUILD
+        + """
         import tensorflow as tf
         train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(1400, seed=1).batch(32)
         model.fit(train, epochs=4, verbose=0)
-    """),
-    case("tf-data-repeat-with-steps-per-epoch", BUILD + """
+    """,
+    ),
+    case(
+        "tf-data-repeat-with-steps-per-epoch",
+        BUILD
+        + """
         import tensorflow as tf
         train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(1400, seed=1).repeat().batch(32)
         model.fit(train, epochs=4, steps_per_epoch=44, verbose=0)
-    """),
-    case("keras-py-dataset", BUILD + """
+    """,
+    ),
+    case(
+        "keras-py-dataset",
+        BUILD
+        + """
         class Batches(keras.utils.PyDataset):
             def __init__(self, x, y, batch, **kwargs):
                 super().__init__(**kwargs)
@@ -248,48 +324,76 @@ CASES = [
                 return self.x[s], self.y[s]
 
         model.fit(Batches(x_train, y_train, 32), epochs=4, verbose=0)
-    """),
-    case("python-generator-with-steps-per-epoch", BUILD + """
+    """,
+    ),
+    case(
+        "python-generator-with-steps-per-epoch",
+        BUILD
+        + """
         def batches(batch=32):
             while True:
                 for start in range(0, len(x_train) - batch + 1, batch):
                     yield x_train[start:start + batch], y_train[start:start + batch]
 
         model.fit(batches(), steps_per_epoch=43, epochs=4, verbose=0)
-    """),
-    case("finite-generator-with-an-odd-number-of-batches", BUILD + """
+    """,
+    ),
+    case(
+        "finite-generator-with-an-odd-number-of-batches",
+        BUILD
+        + """
         def batches(batch=32):  # 43 batches: one rank would get one more and wait forever in its last allreduce
             for start in range(0, len(x_train) - batch + 1, batch):
                 yield x_train[start:start + batch], y_train[start:start + batch]
 
         for epoch in range(4):
             model.fit(batches(), epochs=1, verbose=0)
-    """),
-    case("validation-data-tuple-and-dataset", BUILD + """
+    """,
+    ),
+    case(
+        "validation-data-tuple-and-dataset",
+        BUILD
+        + """
         import tensorflow as tf
         model.fit(x_train, y_train, epochs=2, batch_size=32, verbose=0, validation_data=(x_test, y_test))
         val = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(32)
         history = model.fit(x_train, y_train, epochs=2, batch_size=32, verbose=0, validation_data=val)
         val_accuracy = history.history["val_accuracy"][-1]
-    """),
-    case("sample-weight-and-class-weight", BUILD + """
+    """,
+    ),
+    case(
+        "sample-weight-and-class-weight",
+        BUILD
+        + """
         weights = np.where(y_train == 3, 2.0, 1.0).astype("float32")
         model.fit(x_train, y_train, sample_weight=weights, epochs=2, batch_size=32, verbose=0)
         model.fit(x_train, y_train, class_weight={k: 1.0 + (k == 8) for k in range(10)}, epochs=2, batch_size=32,
                   verbose=0)
-    """),
-    case("early-stopping-and-reduce-lr-on-plateau", BUILD + """
+    """,
+    ),
+    case(
+        "early-stopping-and-reduce-lr-on-plateau",
+        BUILD
+        + """
         history = model.fit(x_train, y_train, epochs=8, batch_size=32, verbose=0, validation_split=0.2,
                             callbacks=[keras.callbacks.EarlyStopping(patience=1, restore_best_weights=True),
                                        keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=0, min_lr=1e-4)])
         epochs_run = len(history.history["loss"])
-    """, check="epochs_run == len(history.history['val_loss']) and "
-                "float(model.optimizer.learning_rate) <= float(np.float32(0.002))"),
-    case("learning-rate-scheduler-callback", BUILD + """
+    """,
+        check="epochs_run == len(history.history['val_loss']) and "
+        "float(model.optimizer.learning_rate) <= float(np.float32(0.002))",
+    ),
+    case(
+        "learning-rate-scheduler-callback",
+        BUILD
+        + """
         history = model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0,
                             callbacks=[keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.002 * 0.8 ** epoch)])
-    """),
-    case("learning-rate-schedule-object", """
+    """,
+    ),
+    case(
+        "learning-rate-schedule-object",
+        """
         import keras
         keras.utils.set_random_seed(0)
         schedule = keras.optimizers.schedules.ExponentialDecay(0.004, decay_steps=40, decay_rate=0.8)
@@ -297,16 +401,24 @@ CASES = [
                                   keras.layers.Dense(10, activation="softmax")])
         model.compile(keras.optimizers.Adam(schedule), "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
-    """),
-    case("model-checkpoint-and-initial-epoch", BUILD + """
+    """,
+    ),
+    case(
+        "model-checkpoint-and-initial-epoch",
+        BUILD
+        + """
         import os, tempfile
         folder = tempfile.mkdtemp(prefix="jdl-ckpt-")
         model.fit(x_train, y_train, epochs=2, batch_size=32, verbose=0,
                   callbacks=[keras.callbacks.ModelCheckpoint(os.path.join(folder, "best.keras"))])
         history = model.fit(x_train, y_train, epochs=4, initial_epoch=2, batch_size=32, verbose=0)
         saved = sorted(os.listdir(folder))
-    """, check="saved == ['best.keras'] and len(history.history['loss']) == 2"),
-    case("tf-keras-spelling-and-model-save", """
+    """,
+        check="saved == ['best.keras'] and len(history.history['loss']) == 2",
+    ),
+    case(
+        "tf-keras-spelling-and-model-save",
+        """
         import os, tempfile
         import tensorflow as tf
         tf.keras.utils.set_random_seed(0)
@@ -320,8 +432,12 @@ CASES = [
         model.save(path)
         reloaded = tf.keras.models.load_model(path)
         same_after_reload = bool(np.allclose(reloaded.predict(x_test, verbose=0), model.predict(x_test, verbose=0)))
-    """, check="same_after_reload and os.path.exists(path)"),
-    case("cnn-on-images", """
+    """,
+        check="same_after_reload and os.path.exists(path)",
+    ),
+    case(
+        "cnn-on-images",
+        """
         import keras
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu"),
@@ -329,31 +445,48 @@ CASES = [
                                   keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_img, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float(model.evaluate(x_img_test, y_test, verbose=0)[1])"),
-    case("lstm-on-sequences", """
+    """,
+        score="float(model.evaluate(x_img_test, y_test, verbose=0)[1])",
+    ),
+    case(
+        "lstm-on-sequences",
+        """
         import keras
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((8, 8)), keras.layers.LSTM(32),
                                   keras.layers.Dense(10, activation="softmax")])
         model.compile(keras.optimizers.Adam(0.005), "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_seq, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float(model.evaluate(x_seq_test, y_test, verbose=0)[1])"),
-    case("embedding-on-token-ids", """
+    """,
+        score="float(model.evaluate(x_seq_test, y_test, verbose=0)[1])",
+    ),
+    case(
+        "embedding-on-token-ids",
+        """
         import keras
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((64,), dtype="int32"), keras.layers.Embedding(17, 8),
                                   keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(tokens, y_train, epochs=4, batch_size=32, verbose=0)
-    """, score="float(model.evaluate(tokens_test, y_test, verbose=0)[1])"),
-    case("regression-mse", """
+    """,
+        score="float(model.evaluate(tokens_test, y_test, verbose=0)[1])",
+    ),
+    case(
+        "regression-mse",
+        """
         import keras
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
         model.compile(keras.optimizers.Adam(0.001), "mse")
         model.fit(x_train, y_sum, epochs=10, batch_size=32, verbose=0)
-    """, score="float(model.evaluate(x_test, y_sum_test, verbose=0))", kind="loss"),
-    case("mixed-precision-policy", """
+    """,
+        score="float(model.evaluate(x_test, y_sum_test, verbose=0))",
+        kind="loss",
+    ),
+    case(
+        "mixed-precision-policy",
+        """
         import keras
         keras.utils.set_random_seed(0)
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -362,14 +495,23 @@ CASES = [
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         model.fit(x_train, y_train, epochs=4, batch_size=32, verbose=0)
         keras.mixed_precision.set_global_policy("float32")
-    """, local_teardown="import keras; keras.mixed_precision.set_global_policy('float32')"),
-    case("evaluate-and-predict-inside-the-cell", BUILD + """
+    """,
+        local_teardown="import keras; keras.mixed_precision.set_global_policy('float32')",
+    ),
+    case(
+        "evaluate-and-predict-inside-the-cell",
+        BUILD
+        + """
         model.fit(x_train, y_train, epochs=3, batch_size=32, verbose=0)
         evaluated_in_cell = model.evaluate(x_test, y_test, verbose=0)
         predicted_in_cell = model.predict(x_test, verbose=0)
-    """, check="np.allclose(evaluated_in_cell, model.evaluate(x_test, y_test, verbose=0), rtol=1e-5) and "
-               "np.allclose(predicted_in_cell, model.predict(x_test, verbose=0), rtol=1e-5, atol=1e-6)"),
-    case("two-models-two-optimizers-one-traced-step", """
+    """,
+        check="np.allclose(evaluated_in_cell, model.evaluate(x_test, y_test, verbose=0), rtol=1e-5) and "
+        "np.allclose(predicted_in_cell, model.predict(x_test, verbose=0), rtol=1e-5, atol=1e-6)",
+    ),
+    case(
+        "two-models-two-optimizers-one-traced-step",
+        """
         import keras
         import tensorflow as tf
         keras.utils.set_random_seed(0)
@@ -389,8 +531,10 @@ CASES = [
         for epoch in range(3):
             for start in range(0, len(x_train), 64):
                 step(x_train[start:start + 64], y_train[start:start + 64])
-    """, score="float((model.predict(encoder.predict(x_test, verbose=0), verbose=0).argmax(1) == y_test).mean())",
-         models=("model", "encoder")),
+    """,
+        score="float((model.predict(encoder.predict(x_test, verbose=0), verbose=0).argmax(1) == y_test).mean())",
+        models=("model", "encoder"),
+    ),
 ]
 
 
@@ -399,8 +543,9 @@ def _weights_gathered_on_the_ranks(models):
     independent of the divergence guard)."""
     lines = ["import horovod.tensorflow as hvd_check"]
     for name in models:
-        lines.append(f"rank_weights_of_{name} = "
-                     f"hvd_check.allgather_object([v.numpy() for v in {name}.trainable_variables])")
+        lines.append(
+            f"rank_weights_of_{name} = hvd_check.allgather_object([v.numpy() for v in {name}.trainable_variables])"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -434,8 +579,9 @@ def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec
     local_magnitude = _magnitude(shell.user_ns[spec["models"][0]])
     if spec["local_teardown"]:
         _run(shell, spec["local_teardown"])
-    for name in [n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit",
-                                                                                   "get_ipython")]:
+    for name in [
+        n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
+    ]:
         shell.user_ns.pop(name)
     capsys.readouterr()
 
@@ -459,8 +605,10 @@ def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec
     if spec["check"]:
         assert eval(spec["check"], shell.user_ns), spec["check"]
     distributed_score = float(eval(spec["score"], shell.user_ns))
-    print(f"{spec['kind']}: one process {local_score:.4f}, two ranks {distributed_score:.4f}; sum |w| one process "
-          f"{local_magnitude:.3f}, two ranks {_magnitude(shell.user_ns[spec['models'][0]]):.3f}")
+    print(
+        f"{spec['kind']}: one process {local_score:.4f}, two ranks {distributed_score:.4f}; sum |w| one process "
+        f"{local_magnitude:.3f}, two ranks {_magnitude(shell.user_ns[spec['models'][0]]):.3f}"
+    )
     if spec["kind"] == "accuracy":
         assert local_score > 0.5
         assert abs(distributed_score - local_score) <= ACCURACY_TOLERANCE

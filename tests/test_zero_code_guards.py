@@ -1,6 +1,7 @@
 """What zero-code mode says when it cannot do what a cell asks: ranks that trained apart are reported, names that
 could not come back are named and never keep an older value, and rank counts the machine cannot run are refused
 before anything starts. Real engines, real Horovod."""
+
 import os
 
 import pytest
@@ -39,10 +40,12 @@ def test_ranks_that_trained_apart_are_reported(shell, digits, capsys):
 def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsys):
     shell.user_ns.update(digits)
     through_optimizer = UPDATED_BY_HAND.replace(
-        "model = keras.Sequential", "optimizer = keras.optimizers.SGD(0.1)\nmodel = keras.Sequential").replace(
+        "model = keras.Sequential", "optimizer = keras.optimizers.SGD(0.1)\nmodel = keras.Sequential"
+    ).replace(
         """    for variable, gradient in zip(model.trainable_variables, tape.gradient(loss, model.trainable_variables)):
         variable.assign_sub(0.1 * gradient)""",
-        "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))")
+        "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))",
+    )
     assert "apply_gradients" in through_optimizer
     result = shell.run_cell("%%distribute -n 2\n" + through_optimizer, store_history=False)
     assert result.success, result.error_in_exec
@@ -72,8 +75,8 @@ trained = True
     assert "'model' did not come back from the engines" in err, err
     assert "get_config" in err
     assert "older value was removed" in err
-    assert "model" not in shell.user_ns          # no stale value that looks like the result
-    assert shell.user_ns["trained"] is True       # the other names came back
+    assert "model" not in shell.user_ns  # no stale value that looks like the result
+    assert shell.user_ns["trained"] is True  # the other names came back
 
 
 def test_too_many_ranks_for_this_machine_are_refused_before_anything_starts(dl_session):

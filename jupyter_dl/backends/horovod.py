@@ -4,6 +4,7 @@ Two halves, imported lazily so neither side pays for the other:
 - kernel side: a rendezvous server and the per-rank environment (what horovodrun would set for each process);
 - engine side: (re)initialisation and the three collectives the Keras hooks need.
 """
+
 import contextlib
 import os
 
@@ -63,6 +64,7 @@ def preload():
 
 # ----------------------------------------------------------------------------------------------- kernel side
 
+
 class Rendezvous:
     """A gloo rendezvous server in the kernel for one job; ranks find each other through it. It listens on every
     address of this host; which one the ranks use is decided afterwards (launch/route.py), once it runs."""
@@ -111,6 +113,7 @@ class Rendezvous:
 
 # ----------------------------------------------------------------------------------------------- engine side
 
+
 def init(environment: dict):
     """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn."""
     with _native_stderr_muted():  # TensorFlow's start-up chatter would land in the first job's cell
@@ -157,8 +160,9 @@ def average_gradients(grads, weight=None, name="jdl_grads", timer=None):
     if timer is None:
         reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True)
     else:
-        reduced = _timed(timer, dense, lambda ready: hvd.grouped_allreduce(ready, op=hvd.Average, name=name,
-                                                                            ignore_name_scope=True))
+        reduced = _timed(
+            timer, dense, lambda ready: hvd.grouped_allreduce(ready, op=hvd.Average, name=name, ignore_name_scope=True)
+        )
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r
@@ -235,6 +239,7 @@ def counting_collectives(on_call):
         def call(*args, **kwargs):
             on_call()
             return fn(*args, **kwargs)
+
         return call
 
     for name, fn in originals.items():
@@ -247,11 +252,18 @@ def counting_collectives(on_call):
 
 
 # The generated wrappers of Horovod's TensorFlow ops: a rank's main thread inside one of these is in a collective.
-COLLECTIVE_OPS = {"horovod_allreduce": "allreduce", "horovod_grouped_allreduce": "allreduce",
-                  "horovod_broadcast": "broadcast", "horovod_allgather": "allgather",
-                  "horovod_grouped_allgather": "allgather", "horovod_alltoall": "alltoall",
-                  "horovod_reducescatter": "reducescatter", "horovod_grouped_reducescatter": "reducescatter",
-                  "horovod_join": "join", "horovod_barrier": "barrier"}
+COLLECTIVE_OPS = {
+    "horovod_allreduce": "allreduce",
+    "horovod_grouped_allreduce": "allreduce",
+    "horovod_broadcast": "broadcast",
+    "horovod_allgather": "allgather",
+    "horovod_grouped_allgather": "allgather",
+    "horovod_alltoall": "alltoall",
+    "horovod_reducescatter": "reducescatter",
+    "horovod_grouped_reducescatter": "reducescatter",
+    "horovod_join": "join",
+    "horovod_barrier": "barrier",
+}
 
 
 def _cast(value, dtype):

@@ -13,6 +13,7 @@ Collectives here get fixed names derived from the tensors' shapes, never from Ke
 persistent engines with different histories name the same layer `dense_3` on one rank and `dense` on another, and
 Horovod, which matches tensors across ranks by name, would then wait forever.
 """
+
 import dataclasses
 import functools
 import sys
@@ -59,14 +60,16 @@ def install():
 
 # ------------------------------------------------------------------------------------------ gradient reduction
 
+
 @dataclasses.dataclass
 class _GradientReduction:
     """How one tape or optimizer combines its gradients across ranks (Horovod's arguments, our implementation)."""
+
     op: object
     compression: object
     sparse_as_dense: bool
     predivide: float
-    groups: object          # None, a number of groups, or lists of variables reduced together
+    groups: object  # None, a number of groups, or lists of variables reduced together
     process_set: object
     scale_local: bool
     local: list = dataclasses.field(default_factory=list)  # variables whose gradients stay on this rank
@@ -92,8 +95,11 @@ class _GradientReduction:
             size = self.process_set.size()
             for i, g in enumerate(grads):
                 if g is not None and self.is_local(variables[i]):
-                    grads[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
-                                if isinstance(g, tf.IndexedSlices) else g / size)
+                    grads[i] = (
+                        tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                        if isinstance(g, tf.IndexedSlices)
+                        else g / size
+                    )
         return grads
 
     def _allreduce(self, tensors):
@@ -102,16 +108,22 @@ class _GradientReduction:
         scale = {}
         if self.predivide != 1.0:  # validated: op is Average
             scale = {"prescale_factor": 1.0 / self.predivide, "postscale_factor": self.predivide}
-        return hvd.grouped_allreduce(tensors, op=self.op, compression=self.compression,
-                                     process_set=self.process_set, name=_collective_name("grads", tensors),
-                                     ignore_name_scope=True, **scale)
+        return hvd.grouped_allreduce(
+            tensors,
+            op=self.op,
+            compression=self.compression,
+            process_set=self.process_set,
+            name=_collective_name("grads", tensors),
+            ignore_name_scope=True,
+            **scale,
+        )
 
     def _chunks(self, indices, variables):
         if not indices or not self.groups:
             return [indices] if indices else []
         if isinstance(self.groups, int):
             n = min(self.groups, len(indices))
-            return [indices[k * len(indices) // n:(k + 1) * len(indices) // n] for k in range(n)]
+            return [indices[k * len(indices) // n : (k + 1) * len(indices) // n] for k in range(n)]
         chunks, left = [], list(indices)
         for group in self.groups:
             chunk = [i for i in left if any(variables[i] is v for v in group)]
@@ -126,26 +138,45 @@ def _collective_name(kind, tensors):
     return f"jdl.{kind}.{zlib.crc32(signature.encode()):08x}"
 
 
-def _reduction(op, compression, sparse_as_dense, gradient_predivide_factor, num_groups, groups, process_set,
-               scale_local_gradients, allowed_ops, api):
+def _reduction(
+    op,
+    compression,
+    sparse_as_dense,
+    gradient_predivide_factor,
+    num_groups,
+    groups,
+    process_set,
+    scale_local_gradients,
+    allowed_ops,
+    api,
+):
     import horovod.tensorflow as hvd
 
     if op == hvd.Adasum and op in allowed_ops and not hvd.mpi_enabled():
         raise Keras3Unsupported(f"{api}(op=hvd.Adasum) needs Horovod running on MPI, not gloo; use op=hvd.Average")
     if op not in allowed_ops:
         names = {hvd.Average: "Average", hvd.Sum: "Sum", hvd.Adasum: "Adasum"}
-        raise Keras3Unsupported(f"{api}(op={names.get(op, op)}) is not supported here; use op=hvd.Average or "
-                                f"op=hvd.Sum")
+        raise Keras3Unsupported(
+            f"{api}(op={names.get(op, op)}) is not supported here; use op=hvd.Average or op=hvd.Sum"
+        )
     if gradient_predivide_factor != 1.0 and op != hvd.Average:
         raise ValueError(f"{api}: gradient_predivide_factor needs op=hvd.Average")
     groups = groups if groups is not None else (num_groups or None)
     if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
         raise ValueError(f"{api}: groups must be a positive integer or a list of lists of variables")
-    return _GradientReduction(op, compression, sparse_as_dense, float(gradient_predivide_factor), groups,
-                              process_set or hvd.global_process_set, scale_local_gradients)
+    return _GradientReduction(
+        op,
+        compression,
+        sparse_as_dense,
+        float(gradient_predivide_factor),
+        groups,
+        process_set or hvd.global_process_set,
+        scale_local_gradients,
+    )
 
 
 # --------------------------------------------------------------------------------------------- gradient tape
+
 
 class _ReducingTape:
     """Mixed in front of the user's tape class: gradients come back reduced across ranks, by position."""
@@ -170,16 +201,35 @@ class _ReducingTape:
 _TAPE_CLASSES: dict = {}
 
 
-def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None, sparse_as_dense=False,
-                            op=None, gradient_predivide_factor=1.0, num_groups=0, groups=None, process_set=None,
-                            scale_local_gradients=True):
+def DistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=None,
+    sparse_as_dense=False,
+    op=None,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=None,
+    scale_local_gradients=True,
+):
     """Horovod's DistributedGradientTape (same arguments, same positions) for Keras 3 and tf.Variable sources.
     The tape itself is returned, its class swapped for one whose `gradient` reduces across ranks."""
     import horovod.tensorflow as hvd
 
-    reduction = _reduction(hvd.Average if op is None else op, compression or hvd.Compression.none, sparse_as_dense,
-                           gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients,
-                           (hvd.Average, hvd.Sum, hvd.Adasum), "DistributedGradientTape")
+    reduction = _reduction(
+        hvd.Average if op is None else op,
+        compression or hvd.Compression.none,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+        (hvd.Average, hvd.Sum, hvd.Adasum),
+        "DistributedGradientTape",
+    )
     base = getattr(type(gradtape), "_hvd_base", type(gradtape))
     if base not in _TAPE_CLASSES:
         _TAPE_CLASSES[base] = type(base.__name__, (_ReducingTape, base), {"_hvd_base": base})
@@ -190,6 +240,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
 
 # ------------------------------------------------------------------------------------------------ broadcast
 
+
 def broadcast_variables(variables, root_rank, process_set=None, inplace=False):
     """Set every variable (Keras 3 or tf.Variable) to root_rank's value. Eager: done on return; inside a
     tf.function: returns the op that does it."""
@@ -199,19 +250,31 @@ def broadcast_variables(variables, root_rank, process_set=None, inplace=False):
     variables = list(variables)
     process_set = process_set or hvd.global_process_set
     prefix = _collective_name("bcast", variables)
-    updates = [var.assign(hvd.broadcast(tf.convert_to_tensor(var), root_rank, name=f"{prefix}.{i}",
-                                        ignore_name_scope=True, process_set=process_set))
-               for i, var in enumerate(variables)]
+    updates = [
+        var.assign(
+            hvd.broadcast(
+                tf.convert_to_tensor(var),
+                root_rank,
+                name=f"{prefix}.{i}",
+                ignore_name_scope=True,
+                process_set=process_set,
+            )
+        )
+        for i, var in enumerate(variables)
+    ]
     return None if tf.executing_eagerly() else tf.group(*updates)
 
 
 def broadcast_global_variables(root_rank):
-    raise Keras3Unsupported("broadcast_global_variables: TensorFlow 2 has no global variables; use "
-                            "hvd.callbacks.BroadcastGlobalVariablesCallback(0) in fit, or "
-                            "hvd.broadcast_variables(model.variables, root_rank=0)")
+    raise Keras3Unsupported(
+        "broadcast_global_variables: TensorFlow 2 has no global variables; use "
+        "hvd.callbacks.BroadcastGlobalVariablesCallback(0) in fit, or "
+        "hvd.broadcast_variables(model.variables, root_rank=0)"
+    )
 
 
 # ------------------------------------------------------------------------------------------- Keras optimizer
+
 
 class _DistributedOptimizer:
     """Mixed in front of a Keras 3 optimizer class. Keras calls `_clip_gradients` exactly once per real update
@@ -242,19 +305,33 @@ def _distribute_in_place(optimizer, reduction, sum_passes=1):
     base = getattr(type(optimizer), "_hvd_base", type(optimizer))
     if base not in _OPTIMIZER_CLASSES:
         # Same name and module as the user's class: a saved model names a plain Keras optimizer and loads anywhere.
-        _OPTIMIZER_CLASSES[base] = type(base.__name__, (_DistributedOptimizer, base),
-                                        {"_hvd_base": base, "__module__": base.__module__,
-                                         "__qualname__": base.__qualname__})
+        _OPTIMIZER_CLASSES[base] = type(
+            base.__name__,
+            (_DistributedOptimizer, base),
+            {"_hvd_base": base, "__module__": base.__module__, "__qualname__": base.__qualname__},
+        )
     optimizer.__class__ = _OPTIMIZER_CLASSES[base]
     optimizer._hvd_reduction = reduction
     optimizer._hvd_sum_passes = sum_passes
     return optimizer
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=None, backward_passes_per_step=1,
-                         average_aggregated_gradients=False, num_groups=0, groups=None, process_set=None,
-                         scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=None,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=None,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=None,
+    scale_local_gradients=True,
+):
     """horovod.tensorflow.keras.DistributedOptimizer for a Keras 3 optimizer: a new optimizer of the same class and
     config (as Horovod returns) whose updates use gradients reduced across ranks. backward_passes_per_step=N uses
     Keras' own gradient accumulation; the N micro-batch gradients are summed, or averaged with
@@ -263,11 +340,22 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     import keras
 
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise Keras3Unsupported(f"DistributedOptimizer: {type(optimizer).__name__} is not a Keras 3 optimizer; use a "
-                                "keras.optimizers.* instance (Keras 3 has no legacy / tf.compat.v1 optimizers)")
-    reduction = _reduction(hvd.Average if op is None else op, compression or hvd.Compression.none, sparse_as_dense,
-                           gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients,
-                           (hvd.Average, hvd.Sum), "DistributedOptimizer")
+        raise Keras3Unsupported(
+            f"DistributedOptimizer: {type(optimizer).__name__} is not a Keras 3 optimizer; use a "
+            "keras.optimizers.* instance (Keras 3 has no legacy / tf.compat.v1 optimizers)"
+        )
+    reduction = _reduction(
+        hvd.Average if op is None else op,
+        compression or hvd.Compression.none,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+        (hvd.Average, hvd.Sum),
+        "DistributedOptimizer",
+    )
     base = getattr(type(optimizer), "_hvd_base", type(optimizer))
     config = optimizer.get_config()
     passes = int(backward_passes_per_step)
@@ -276,8 +364,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if name:
         config["name"] = name
     distributed = base.from_config(config)
-    return _distribute_in_place(distributed, reduction, passes if passes > 1 and not average_aggregated_gradients
-                                else 1)
+    return _distribute_in_place(
+        distributed, reduction, passes if passes > 1 and not average_aggregated_gradients else 1
+    )
 
 
 def _tf_distributed_optimizer(original):
@@ -329,8 +418,18 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     objects.update(custom_objects or {})
     model = keras.models.load_model(filepath, custom_objects=objects or None)
     if getattr(model, "optimizer", None) is not None:
-        reduction = _reduction(hvd.Average, compression or hvd.Compression.none, False, 1.0, 0, None, None, True,
-                               (hvd.Average,), "load_model")
+        reduction = _reduction(
+            hvd.Average,
+            compression or hvd.Compression.none,
+            False,
+            1.0,
+            0,
+            None,
+            None,
+            True,
+            (hvd.Average,),
+            "load_model",
+        )
         _distribute_in_place(model.optimizer, reduction)
     return model
 
@@ -394,14 +493,23 @@ def _callback_classes():
     class LearningRateScheduleCallback(keras.callbacks.Callback):
         """Horovod's schedule, lr = initial_lr * multiplier(epoch), on a Keras 3 optimizer."""
 
-        def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                     momentum_correction=True, steps_per_epoch=None):
+        def __init__(
+            self,
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=None,
+            staircase=True,
+            momentum_correction=True,
+            steps_per_epoch=None,
+        ):
             super().__init__()
             if initial_lr is None:
                 raise ValueError("Parameter `initial_lr` is required")
             self.initial_lr = initial_lr
-            self.multiplier = (multiplier if callable(multiplier)
-                               else (lambda epoch: multiplier ** (epoch - start_epoch)))
+            self.multiplier = (
+                multiplier if callable(multiplier) else (lambda epoch: multiplier ** (epoch - start_epoch))
+            )
             self.start_epoch, self.end_epoch, self.staircase = start_epoch, end_epoch, staircase
             self.momentum_correction = momentum_correction
             self.steps_per_epoch = steps_per_epoch
@@ -410,8 +518,10 @@ def _callback_classes():
         def _set_lr(self, epoch):
             optimizer = self.model.optimizer
             if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-                raise Keras3Unsupported(f"{type(self).__name__}: the optimizer's learning rate is a "
-                                        "LearningRateSchedule; use the schedule or this callback, not both")
+                raise Keras3Unsupported(
+                    f"{type(self).__name__}: the optimizer's learning rate is a "
+                    "LearningRateSchedule; use the schedule or this callback, not both"
+                )
             optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
 
         def on_train_begin(self, logs=None):
@@ -421,8 +531,11 @@ def _callback_classes():
                     raise ValueError(f"{type(self).__name__}: pass steps_per_epoch (Keras did not report it)")
             if self.momentum_correction and getattr(self.model.optimizer, "momentum", 0) and _is_rank0():
                 # Keras 3 bakes an optimizer's momentum into the compiled step as a constant: it cannot follow.
-                print(f"[jupyter-dl] {type(self).__name__}: momentum correction is not applied on Keras 3 "
-                      "(pass momentum_correction=False to silence this)", file=sys.stderr)
+                print(
+                    f"[jupyter-dl] {type(self).__name__}: momentum correction is not applied on Keras 3 "
+                    "(pass momentum_correction=False to silence this)",
+                    file=sys.stderr,
+                )
 
         def on_epoch_begin(self, epoch, logs=None):
             self.current_epoch = epoch
@@ -444,8 +557,15 @@ def _callback_classes():
         """Goyal et al.'s gradual warmup, as Horovod's: from initial_lr / size up to initial_lr."""
 
         def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
-            super().__init__(initial_lr, self._warmup, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
-                             momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch)
+            super().__init__(
+                initial_lr,
+                self._warmup,
+                start_epoch=0,
+                end_epoch=warmup_epochs,
+                staircase=False,
+                momentum_correction=momentum_correction,
+                steps_per_epoch=steps_per_epoch,
+            )
             self.warmup_epochs = warmup_epochs
             self.verbose = verbose
 
@@ -458,11 +578,19 @@ def _callback_classes():
         def on_epoch_end(self, epoch, logs=None):
             super().on_epoch_end(epoch, logs)
             if epoch == self.warmup_epochs - 1 and self.verbose and _is_rank0():
-                print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
-                      f"{float(self.model.optimizer.learning_rate.numpy()):g}.")
+                print(
+                    f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                    f"{float(self.model.optimizer.learning_rate.numpy()):g}."
+                )
 
-    _CALLBACKS.extend([BroadcastGlobalVariablesCallback, MetricAverageCallback, LearningRateScheduleCallback,
-                       LearningRateWarmupCallback])
+    _CALLBACKS.extend(
+        [
+            BroadcastGlobalVariablesCallback,
+            MetricAverageCallback,
+            LearningRateScheduleCallback,
+            LearningRateWarmupCallback,
+        ]
+    )
     return _CALLBACKS
 
 

@@ -2,6 +2,7 @@
 failing line. Exit 1 when something blocks jobs (FAIL); warnings (sidebar, NCCL) do not.
 
 `load_hint()` is the cheap version `%load_ext jupyter_dl` runs: module lookups only, no TensorFlow import."""
+
 import importlib.metadata
 import importlib.util
 import json
@@ -68,9 +69,12 @@ def load_hint(stream=None):
     if "horovod" not in missing and not _horovod_has_tf_ops():
         missing.append("Horovod's TensorFlow ops")
     if missing:
-        print(f"[jupyter-dl] {', '.join(missing)} not found in this kernel's environment: %%distribute cannot run "
-              f"jobs yet. Run `jupyter-dl doctor` in a terminal for what to install (Horovod: "
-              f"`jupyter-dl install-horovod`).", file=stream or sys.stderr)
+        print(
+            f"[jupyter-dl] {', '.join(missing)} not found in this kernel's environment: %%distribute cannot run "
+            f"jobs yet. Run `jupyter-dl doctor` in a terminal for what to install (Horovod: "
+            f"`jupyter-dl install-horovod`).",
+            file=stream or sys.stderr,
+        )
     return missing
 
 
@@ -116,8 +120,9 @@ sys.stdout.write("\n@@probe@@" + json.dumps(out))
 
 def _start_probe():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd="/")
+    return subprocess.Popen(
+        [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/"
+    )
 
 
 def _finish_probe(proc, timeout):
@@ -156,22 +161,41 @@ def stack_checks(probe):
     checks = []
     tf_version = probe.get("tf") or dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
     if probe.get("probe_error"):
-        checks.append(Check("TensorFlow / Horovod import", FAIL, probe["probe_error"],
-                            "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild"))
+        checks.append(
+            Check(
+                "TensorFlow / Horovod import",
+                FAIL,
+                probe["probe_error"],
+                "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild",
+            )
+        )
     if not tf_version:
         checks.append(Check("TensorFlow", FAIL, "not installed", _pip("tensorflow>=2.16")))
     elif probe.get("tf_error"):
-        checks.append(Check("TensorFlow", FAIL, f"{tf_version}, import fails: {probe['tf_error'][:120]}",
-                            _pip(f"tensorflow=={tf_version}") + " --force-reinstall"))
+        checks.append(
+            Check(
+                "TensorFlow",
+                FAIL,
+                f"{tf_version}, import fails: {probe['tf_error'][:120]}",
+                _pip(f"tensorflow=={tf_version}") + " --force-reinstall",
+            )
+        )
     elif _version_tuple(tf_version) < MIN_TF:
-        checks.append(Check("TensorFlow", FAIL, tf_version, _pip("tensorflow>=2.16") + " (then jupyter-dl "
-                                                                                        "install-horovod)"))
+        checks.append(
+            Check("TensorFlow", FAIL, tf_version, _pip("tensorflow>=2.16") + " (then jupyter-dl install-horovod)")
+        )
     else:
         checks.append(Check("TensorFlow", OK, tf_version))
     keras_version = probe.get("keras") or dist_version("keras")
     if keras_version:
-        checks.append(Check("Keras", OK if _version_tuple(keras_version) >= (3,) else WARN, keras_version,
-                            "" if _version_tuple(keras_version) >= (3,) else _pip("keras>=3")))
+        checks.append(
+            Check(
+                "Keras",
+                OK if _version_tuple(keras_version) >= (3,) else WARN,
+                keras_version,
+                "" if _version_tuple(keras_version) >= (3,) else _pip("keras>=3"),
+            )
+        )
     elif tf_version:
         checks.append(Check("Keras", FAIL, "not importable", _pip("keras>=3")))
 
@@ -181,18 +205,35 @@ def stack_checks(probe):
         checks.append(Check("Horovod", FAIL, "not installed", "jupyter-dl install-horovod"))
     elif not probe.get("hvd_tf"):
         why = probe.get("hvd_error") or "horovod.tensorflow does not import"
-        checks.append(Check("Horovod with TensorFlow", FAIL, f"{hvd_version}: {why[:140]}",
-                            "jupyter-dl install-horovod --rebuild (builds it against this TensorFlow)"))
+        checks.append(
+            Check(
+                "Horovod with TensorFlow",
+                FAIL,
+                f"{hvd_version}: {why[:140]}",
+                "jupyter-dl install-horovod --rebuild (builds it against this TensorFlow)",
+            )
+        )
     else:
         checks.append(Check("Horovod with TensorFlow", OK, hvd_version))
-        checks.append(Check("Horovod gloo", OK if probe.get("gloo") else FAIL,
-                            "built" if probe.get("gloo") else "not built (jupyter-dl runs ranks over gloo)",
-                            "" if probe.get("gloo") else "jupyter-dl install-horovod --rebuild"))
+        checks.append(
+            Check(
+                "Horovod gloo",
+                OK if probe.get("gloo") else FAIL,
+                "built" if probe.get("gloo") else "not built (jupyter-dl runs ranks over gloo)",
+                "" if probe.get("gloo") else "jupyter-dl install-horovod --rebuild",
+            )
+        )
         if probe.get("nccl"):
             checks.append(Check("Horovod NCCL", OK, "built (GPU allreduce)"))
         elif gpus:
-            checks.append(Check("Horovod NCCL", WARN, "not built: GPU gradients are averaged over gloo (slower)",
-                                "HOROVOD_GPU_OPERATIONS=NCCL jupyter-dl install-horovod --rebuild"))
+            checks.append(
+                Check(
+                    "Horovod NCCL",
+                    WARN,
+                    "not built: GPU gradients are averaged over gloo (slower)",
+                    "HOROVOD_GPU_OPERATIONS=NCCL jupyter-dl install-horovod --rebuild",
+                )
+            )
         else:
             checks.append(Check("Horovod NCCL", INFO, "not built (not needed without GPUs)"))
 
@@ -202,14 +243,22 @@ def stack_checks(probe):
         if gpus:
             checks.append(Check("GPUs (TensorFlow)", OK, f"{len(gpus)}: {', '.join(gpus)}"))
         elif driver:
-            checks.append(Check("GPUs (TensorFlow)", WARN, f"none visible, though NVIDIA driver {driver} is loaded",
-                                _pip(f"tensorflow[and-cuda]=={tf_version}")))
+            checks.append(
+                Check(
+                    "GPUs (TensorFlow)",
+                    WARN,
+                    f"none visible, though NVIDIA driver {driver} is loaded",
+                    _pip(f"tensorflow[and-cuda]=={tf_version}"),
+                )
+            )
         else:
             checks.append(Check("GPUs (TensorFlow)", INFO, "none: ranks run on CPU"))
-        cuda = (f"TF built with CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
-                if build.get("is_cuda_build") else "TF built without CUDA")
-        checks.append(Check("Driver / CUDA", INFO if not gpus else OK,
-                            f"driver {driver or 'none'}; {cuda}"))
+        cuda = (
+            f"TF built with CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
+            if build.get("is_cuda_build")
+            else "TF built without CUDA"
+        )
+        checks.append(Check("Driver / CUDA", INFO if not gpus else OK, f"driver {driver or 'none'}; {cuda}"))
     return checks
 
 
@@ -234,14 +283,32 @@ def extension_checks():
         ext = get_federated_extensions(paths).get("jupyter-dl")
         disabled = get_page_config(paths).get("disabledExtensions") or {}
         if ext is None:
-            checks.append(Check("Lab extension (jobs panel)", WARN, "not installed",
-                                _pip("jupyter_dl") + " --force-reinstall (the wheel carries it)"))
+            checks.append(
+                Check(
+                    "Lab extension (jobs panel)",
+                    WARN,
+                    "not installed",
+                    _pip("jupyter_dl") + " --force-reinstall (the wheel carries it)",
+                )
+            )
         elif "jupyter-dl" in disabled:
-            checks.append(Check("Lab extension (jobs panel)", WARN, f"{ext['version']} disabled",
-                                "jupyter labextension enable jupyter-dl"))
+            checks.append(
+                Check(
+                    "Lab extension (jobs panel)",
+                    WARN,
+                    f"{ext['version']} disabled",
+                    "jupyter labextension enable jupyter-dl",
+                )
+            )
         elif not list(Path(ext["ext_path"], "static").glob("remoteEntry.*.js")):
-            checks.append(Check("Lab extension (jobs panel)", WARN, f"{ext['ext_path']} has no built bundle",
-                                "jupyter labextension develop --overwrite . (in a clone), or reinstall the wheel"))
+            checks.append(
+                Check(
+                    "Lab extension (jobs panel)",
+                    WARN,
+                    f"{ext['ext_path']} has no built bundle",
+                    "jupyter labextension develop --overwrite . (in a clone), or reinstall the wheel",
+                )
+            )
         else:
             checks.append(Check("Lab extension (jobs panel)", OK, f"{ext['version']} enabled ({ext['ext_path']})"))
     except ImportError:
@@ -254,12 +321,18 @@ def extension_checks():
         if enabled.get("jupyter_dl"):
             checks.append(Check("Server extension (jobs API)", OK, "jupyter_dl enabled"))
         else:
-            checks.append(Check("Server extension (jobs API)", WARN,
-                                "disabled" if "jupyter_dl" in enabled else "not in the server's configuration",
-                                "jupyter server extension enable jupyter_dl"))
+            checks.append(
+                Check(
+                    "Server extension (jobs API)",
+                    WARN,
+                    "disabled" if "jupyter_dl" in enabled else "not in the server's configuration",
+                    "jupyter server extension enable jupyter_dl",
+                )
+            )
     except ImportError:
-        checks.append(Check("Server extension (jobs API)", WARN, "jupyter_server not installed",
-                            _pip("jupyter_server>=2")))
+        checks.append(
+            Check("Server extension (jobs API)", WARN, "jupyter_server not installed", _pip("jupyter_server>=2"))
+        )
     return checks
 
 
@@ -272,8 +345,12 @@ def configured_pool_url():
     try:
         from IPython.paths import get_ipython_dir
 
-        dirs = [os.path.join(get_ipython_dir(), "profile_default"),
-                os.path.join(sys.prefix, "etc", "ipython"), "/usr/local/etc/ipython", "/etc/ipython"]
+        dirs = [
+            os.path.join(get_ipython_dir(), "profile_default"),
+            os.path.join(sys.prefix, "etc", "ipython"),
+            "/usr/local/etc/ipython",
+            "/etc/ipython",
+        ]
     except ImportError:
         return "", ""
     for folder in dirs:
@@ -303,14 +380,26 @@ def pool_check(url, source, timeout):
         response = requests.get(target, timeout=timeout, headers={"Authorization": f"token {token}"})
     except requests.RequestException as exc:
         reason = type(exc).__name__ if not str(exc) else str(exc).split(":")[-1].strip(" ')>")
-        return Check("Pool service", FAIL, f"{url} (from {source}) unreachable: {reason[:100]}",
-                     f"start the jupyter-dl-pool service (a JupyterHub service), or fix/unset {source}")
+        return Check(
+            "Pool service",
+            FAIL,
+            f"{url} (from {source}) unreachable: {reason[:100]}",
+            f"start the jupyter-dl-pool service (a JupyterHub service), or fix/unset {source}",
+        )
     if response.status_code in (401, 403):
-        return Check("Pool service", WARN, f"{url} reachable, token refused (HTTP {response.status_code})",
-                     "run the kernel in a hub-spawned server (it sets JUPYTERHUB_API_TOKEN)")
+        return Check(
+            "Pool service",
+            WARN,
+            f"{url} reachable, token refused (HTTP {response.status_code})",
+            "run the kernel in a hub-spawned server (it sets JUPYTERHUB_API_TOKEN)",
+        )
     if response.status_code >= 400:
-        return Check("Pool service", FAIL, f"{url} answered HTTP {response.status_code} (not a jupyter-dl-pool?)",
-                     f"point {source} at the service URL, e.g. https://hub/services/jupyter-dl-pool/")
+        return Check(
+            "Pool service",
+            FAIL,
+            f"{url} answered HTTP {response.status_code} (not a jupyter-dl-pool?)",
+            f"point {source} at the service URL, e.g. https://hub/services/jupyter-dl-pool/",
+        )
     summary = response.json()
     return Check("Pool service", OK, f"{url}: {summary.get('free')} of {summary.get('gpus')} GPUs free")
 
@@ -341,24 +430,32 @@ class DoctorApp(Application):
     name = "jupyter-dl doctor"
     version = __version__
     description = "What jupyter-dl needs and what this environment has; exit 1 when something blocks jobs."
-    pool_url = Unicode("", help="Pool service URL to check. Empty: $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url "
-                                "from the IPython kernel configuration.").tag(config=True)
+    pool_url = Unicode(
+        "",
+        help="Pool service URL to check. Empty: $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url "
+        "from the IPython kernel configuration.",
+    ).tag(config=True)
     timeout = Float(5.0, help="Seconds to wait for the pool service to answer.").tag(config=True)
-    probe_timeout = Float(180.0, help="Seconds to wait for TensorFlow and Horovod to import in a child process."
-                          ).tag(config=True)
+    probe_timeout = Float(180.0, help="Seconds to wait for TensorFlow and Horovod to import in a child process.").tag(
+        config=True
+    )
     aliases = {"pool-url": "DoctorApp.pool_url", "timeout": "DoctorApp.timeout"}
 
     def start(self):
         if self.extra_args:
-            print(f"jupyter-dl doctor: unexpected argument {self.extra_args[0]!r}; see jupyter-dl doctor --help",
-                  file=sys.stderr)
+            print(
+                f"jupyter-dl doctor: unexpected argument {self.extra_args[0]!r}; see jupyter-dl doctor --help",
+                file=sys.stderr,
+            )
             return 2
         checks = run_checks(self.pool_url, self.timeout, self.probe_timeout)
         print(format_table(checks))
         failed = [c.name for c in checks if c.status == FAIL]
         if failed:
-            print(f"\n{len(failed)} problem(s) block jobs: {', '.join(failed)}. Apply the fixes above, then run "
-                  f"`jupyter-dl doctor` again.")
+            print(
+                f"\n{len(failed)} problem(s) block jobs: {', '.join(failed)}. Apply the fixes above, then run "
+                f"`jupyter-dl doctor` again."
+            )
             return 1
         warned = sum(c.status == WARN for c in checks)
         print("\nready: %%distribute can run jobs" + (f" ({warned} warning(s) above)" if warned else ""))

@@ -5,6 +5,7 @@ Why not `pip install horovod`: Horovod's extension links against TensorFlow's C+
 with `--no-build-isolation`; pip's wheel cache is keyed by the sdist alone and silently reuses a wheel built for
 another TF, hence `--no-cache-dir` and our own cache (~/.cache/jupyter-dl/wheels/horovod-<v>-tf<v>-cp<xy>[-nccl], the
 layout scripts/setup.sh has always used, so existing caches keep working)."""
+
 import importlib.util
 import os
 import shlex
@@ -35,9 +36,9 @@ class Prerequisite:
     name: str
     ok: bool
     found: str
-    apt: str = ""      # Debian package that provides it
-    conda: str = ""    # conda-forge package that provides it
-    other: str = ""    # the fix when neither package manager applies
+    apt: str = ""  # Debian package that provides it
+    conda: str = ""  # conda-forge package that provides it
+    other: str = ""  # the fix when neither package manager applies
 
 
 @dataclass
@@ -45,9 +46,9 @@ class Plan:
     key: str
     wheel_dir: Path
     cached_wheel: Path | None
-    gpu_ops: str                       # "" or "NCCL"
+    gpu_ops: str  # "" or "NCCL"
     gpu_reason: str
-    env: dict = field(default_factory=dict)   # variables the build sets (beyond the inherited environment)
+    env: dict = field(default_factory=dict)  # variables the build sets (beyond the inherited environment)
     command: list = field(default_factory=list)
     shim: Path | None = None
 
@@ -63,8 +64,7 @@ def _include_dirs():
 
 
 def _find_header(relative):
-    return next((os.path.join(d, relative) for d in _include_dirs() if os.path.isfile(os.path.join(d, relative))),
-                None)
+    return next((os.path.join(d, relative) for d in _include_dirs() if os.path.isfile(os.path.join(d, relative))), None)
 
 
 def _tf_include():
@@ -108,25 +108,38 @@ def _pip_cmd():
 class InstallHorovodApp(Application):
     name = "jupyter-dl install-horovod"
     version = __version__
-    description = ("Build Horovod against the installed TensorFlow (gloo always, NCCL when CUDA and NCCL are found), "
-                   "cache the wheel, and install it into this Python environment.")
+    description = (
+        "Build Horovod against the installed TensorFlow (gloo always, NCCL when CUDA and NCCL are found), "
+        "cache the wheel, and install it into this Python environment."
+    )
 
     horovod_version = Unicode("0.28.1", help="Horovod release to build (0.28.1 is the last one).").tag(config=True)
-    cache_dir = Unicode(help="Cache folder: wheels/<key>/ holds the built wheels, logs/ the build logs. Default: "
-                             "$JUPYTER_DL_CACHE, else ~/.cache/jupyter-dl.").tag(config=True)
-    gpu_operations = Unicode(help="GPU allreduce: 'auto' (NCCL when the CUDA toolkit and NCCL are found), 'NCCL', "
-                                  "or 'none' (gloo on CPU only). Default: $HOROVOD_GPU_OPERATIONS, else auto."
-                             ).tag(config=True)
+    cache_dir = Unicode(
+        help="Cache folder: wheels/<key>/ holds the built wheels, logs/ the build logs. Default: "
+        "$JUPYTER_DL_CACHE, else ~/.cache/jupyter-dl."
+    ).tag(config=True)
+    gpu_operations = Unicode(
+        help="GPU allreduce: 'auto' (NCCL when the CUDA toolkit and NCCL are found), 'NCCL', "
+        "or 'none' (gloo on CPU only). Default: $HOROVOD_GPU_OPERATIONS, else auto."
+    ).tag(config=True)
     jobs = Integer(0, help="Parallel compile jobs (MAKEFLAGS=-jN); 0: one per CPU core.").tag(config=True)
-    dry_run = Bool(False, help="Print the prerequisites and the plan (cache key, environment, command); change "
-                               "nothing.").tag(config=True)
-    rebuild = Bool(False, help="Build even when Horovod works or a cached wheel exists (replaces the cached wheel)."
-                   ).tag(config=True)
+    dry_run = Bool(
+        False, help="Print the prerequisites and the plan (cache key, environment, command); change nothing."
+    ).tag(config=True)
+    rebuild = Bool(
+        False, help="Build even when Horovod works or a cached wheel exists (replaces the cached wheel)."
+    ).tag(config=True)
 
-    aliases = {"horovod-version": "InstallHorovodApp.horovod_version", "cache-dir": "InstallHorovodApp.cache_dir",
-               "gpu-operations": "InstallHorovodApp.gpu_operations", "jobs": "InstallHorovodApp.jobs"}
-    flags = {"dry-run": ({"InstallHorovodApp": {"dry_run": True}}, "Print the plan; change nothing."),
-             "rebuild": ({"InstallHorovodApp": {"rebuild": True}}, "Build even when a cached wheel exists.")}
+    aliases = {
+        "horovod-version": "InstallHorovodApp.horovod_version",
+        "cache-dir": "InstallHorovodApp.cache_dir",
+        "gpu-operations": "InstallHorovodApp.gpu_operations",
+        "jobs": "InstallHorovodApp.jobs",
+    }
+    flags = {
+        "dry-run": ({"InstallHorovodApp": {"dry_run": True}}, "Print the plan; change nothing."),
+        "rebuild": ({"InstallHorovodApp": {"rebuild": True}}, "Build even when a cached wheel exists."),
+    }
 
     def _cache_dir_default(self):
         return os.environ.get("JUPYTER_DL_CACHE") or os.path.expanduser("~/.cache/jupyter-dl")
@@ -155,33 +168,65 @@ class InstallHorovodApp(Application):
         py_h = os.path.join(sysconfig.get_paths()["include"], "Python.h")
         pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
         items = [
-            Prerequisite("TensorFlow", bool(tf), tf or "not installed",
-                         other=f"{shlex.join(_pip_cmd())} install tensorflow"),
-            Prerequisite("cmake", bool(cmake), cmake or "not on PATH", apt="cmake", conda="cmake",
-                         other=f"{shlex.join(_pip_cmd())} install cmake"),
-            Prerequisite("C++ compiler", bool(cxx), cxx or "no g++/c++/clang++ on PATH (or $CXX)", apt="g++",
-                         conda="cxx-compiler"),
-            Prerequisite("highwayhash headers", bool(_find_header("highwayhash/highwayhash.h")),
-                         _find_header("highwayhash/highwayhash.h") or "highwayhash/highwayhash.h not found",
-                         apt="libhighwayhash-dev",
-                         other="put highwayhash's headers on CPLUS_INCLUDE_PATH (TensorFlow's headers include them)"),
-            Prerequisite("farmhash headers", bool(_find_header("farmhash.h")),
-                         _find_header("farmhash.h") or "farmhash.h not found", apt="libfarmhash-dev",
-                         other="put farmhash.h on CPLUS_INCLUDE_PATH (TensorFlow's headers include it)"),
-            Prerequisite("Python headers", os.path.isfile(py_h), py_h if os.path.isfile(py_h) else "Python.h not "
-                         "found", apt=f"python{pyver}-dev", conda=f"python={pyver}"),
+            Prerequisite(
+                "TensorFlow", bool(tf), tf or "not installed", other=f"{shlex.join(_pip_cmd())} install tensorflow"
+            ),
+            Prerequisite(
+                "cmake",
+                bool(cmake),
+                cmake or "not on PATH",
+                apt="cmake",
+                conda="cmake",
+                other=f"{shlex.join(_pip_cmd())} install cmake",
+            ),
+            Prerequisite(
+                "C++ compiler",
+                bool(cxx),
+                cxx or "no g++/c++/clang++ on PATH (or $CXX)",
+                apt="g++",
+                conda="cxx-compiler",
+            ),
+            Prerequisite(
+                "highwayhash headers",
+                bool(_find_header("highwayhash/highwayhash.h")),
+                _find_header("highwayhash/highwayhash.h") or "highwayhash/highwayhash.h not found",
+                apt="libhighwayhash-dev",
+                other="put highwayhash's headers on CPLUS_INCLUDE_PATH (TensorFlow's headers include them)",
+            ),
+            Prerequisite(
+                "farmhash headers",
+                bool(_find_header("farmhash.h")),
+                _find_header("farmhash.h") or "farmhash.h not found",
+                apt="libfarmhash-dev",
+                other="put farmhash.h on CPLUS_INCLUDE_PATH (TensorFlow's headers include it)",
+            ),
+            Prerequisite(
+                "Python headers",
+                os.path.isfile(py_h),
+                py_h if os.path.isfile(py_h) else "Python.h not found",
+                apt=f"python{pyver}-dev",
+                conda=f"python={pyver}",
+            ),
         ]
         if gpu_ops == "NCCL":
             cuda = find_cuda()
             nccl = find_nccl(cuda)
             items += [
-                Prerequisite("CUDA toolkit (nvcc)", bool(cuda), cuda or "nvcc not found (CUDA_HOME, PATH, "
-                             "/usr/local/cuda)", conda="cuda-toolkit",
-                             other="install NVIDIA's CUDA toolkit and set CUDA_HOME"),
-                Prerequisite("NCCL", bool(nccl), nccl or "nccl.h + libnccl.so not found (HOROVOD_NCCL_HOME, /usr)",
-                             apt="libnccl-dev", conda="nccl",
-                             other="install NCCL (libnccl2 libnccl-dev from NVIDIA's repository), set "
-                                   "HOROVOD_NCCL_HOME"),
+                Prerequisite(
+                    "CUDA toolkit (nvcc)",
+                    bool(cuda),
+                    cuda or "nvcc not found (CUDA_HOME, PATH, /usr/local/cuda)",
+                    conda="cuda-toolkit",
+                    other="install NVIDIA's CUDA toolkit and set CUDA_HOME",
+                ),
+                Prerequisite(
+                    "NCCL",
+                    bool(nccl),
+                    nccl or "nccl.h + libnccl.so not found (HOROVOD_NCCL_HOME, /usr)",
+                    apt="libnccl-dev",
+                    conda="nccl",
+                    other="install NCCL (libnccl2 libnccl-dev from NVIDIA's repository), set HOROVOD_NCCL_HOME",
+                ),
             ]
         return items
 
@@ -221,18 +266,23 @@ class InstallHorovodApp(Application):
         key = f"horovod-{self.horovod_version}-tf{tf}-{py}" + (f"-{gpu_ops.lower()}" if gpu_ops else "")
         wheel_dir = Path(self.cache_dir, "wheels", key)
         cached = sorted(wheel_dir.glob(f"horovod-{self.horovod_version}-*.whl")) if wheel_dir.is_dir() else []
-        env = {"CMAKE_POLICY_VERSION_MINIMUM": "3.5",  # cmake 4 refuses gloo's old cmake_minimum_required
-               "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
-               "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1",
-               "MAKEFLAGS": f"-j{self.jobs or os.cpu_count() or 1}", "PATH": self._path()}
+        env = {
+            "CMAKE_POLICY_VERSION_MINIMUM": "3.5",  # cmake 4 refuses gloo's old cmake_minimum_required
+            "HOROVOD_WITH_TENSORFLOW": "1",
+            "HOROVOD_WITH_GLOO": "1",
+            "HOROVOD_WITHOUT_MPI": "1",
+            "HOROVOD_WITHOUT_PYTORCH": "1",
+            "HOROVOD_WITHOUT_MXNET": "1",
+            "MAKEFLAGS": f"-j{self.jobs or os.cpu_count() or 1}",
+            "PATH": self._path(),
+        }
         shim = None
         tf_include = _tf_include()
         # TF >= 2.17 moved xla_builder.h; Horovod 0.28.1 still includes the old path. Only then add a forwarding
         # header: on an older TF it would shadow the real one.
         if tf_include and not (tf_include / SHIM_HEADER).exists() and (tf_include / MOVED_HEADER).exists():
             shim = Path(self.cache_dir, "include-shim")
-            env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(filter(None, [str(shim),
-                                                                      os.environ.get("CPLUS_INCLUDE_PATH")]))
+            env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(filter(None, [str(shim), os.environ.get("CPLUS_INCLUDE_PATH")]))
         if gpu_ops:
             env["HOROVOD_GPU_OPERATIONS"] = gpu_ops
             cuda = find_cuda()
@@ -242,16 +292,32 @@ class InstallHorovodApp(Application):
             if nccl:
                 env["HOROVOD_NCCL_HOME"] = nccl
         # -v: without it pip hides the compiler's output, which is our progress and the log's content.
-        command = [*_pip_cmd(), "wheel", "-v", "--no-build-isolation", "--no-cache-dir", "--no-deps",
-                   f"horovod=={self.horovod_version}", "-w", "<tmpdir>"]
+        command = [
+            *_pip_cmd(),
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "--no-deps",
+            f"horovod=={self.horovod_version}",
+            "-w",
+            "<tmpdir>",
+        ]
         return Plan(key, wheel_dir, cached[-1] if cached else None, gpu_ops, reason, env, command, shim)
 
     def installed(self, gpu_ops):
         """The Horovod importable here, if it is the wanted version with TF ops, gloo (and NCCL when asked)."""
-        code = ("import horovod, horovod.tensorflow as h; "
-                "print(horovod.__version__, bool(h.gloo_built()), bool(h.nccl_built()))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
-                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        code = (
+            "import horovod, horovod.tensorflow as h; "
+            "print(horovod.__version__, bool(h.gloo_built()), bool(h.nccl_built()))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
         if out.returncode != 0:
             return None
         version, gloo, nccl = out.stdout.split()[-3:]
@@ -286,16 +352,18 @@ class InstallHorovodApp(Application):
         self.say(f"building Horovod {self.horovod_version} ({plan.key}); several minutes. Log: {log_path}")
         start = time.monotonic()
         with open(log_path, "w") as log_file:
-            log_file.write(f"$ {' '.join(f'{k}={shlex.quote(v)}' for k, v in plan.env.items())} "
-                           f"{shlex.join(command)}\n")
-            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    cwd=tmp)
+            log_file.write(
+                f"$ {' '.join(f'{k}={shlex.quote(v)}' for k, v in plan.env.items())} {shlex.join(command)}\n"
+            )
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp
+            )
             shown = -10
             for line in proc.stdout:
                 log_file.write(line)
                 # CMake's "[ 42%] Building CXX object ..." lines are the only progress the build reports.
                 if line.startswith("[") and "%]" in line[:8]:
-                    percent = int(line[1:line.index("%")].strip() or 0)
+                    percent = int(line[1 : line.index("%")].strip() or 0)
                     if percent >= shown + 10:
                         shown = percent
                         self.say(f"{percent:3d}% compiled, {time.monotonic() - start:.0f} s")
@@ -323,8 +391,10 @@ class InstallHorovodApp(Application):
         if missing:
             self._pip_install(*missing)
         if not self.installed(gpu_ops):
-            self.say(f"{wheel.name} installed but `import horovod.tensorflow` fails or lacks gloo"
-                     f"{'/NCCL' if gpu_ops else ''}; rebuild with: jupyter-dl install-horovod --rebuild")
+            self.say(
+                f"{wheel.name} installed but `import horovod.tensorflow` fails or lacks gloo"
+                f"{'/NCCL' if gpu_ops else ''}; rebuild with: jupyter-dl install-horovod --rebuild"
+            )
             return False
         return True
 
@@ -337,15 +407,22 @@ class InstallHorovodApp(Application):
         print(f"cache key: {plan.key}")
         print(f"cached wheel: {plan.cached_wheel or 'none: build, then cache in ' + str(plan.wheel_dir)}")
         if plan.shim is not None:
-            print(f"header shim: {plan.shim / SHIM_HEADER} -> #include \"{MOVED_HEADER}\"")
+            print(f'header shim: {plan.shim / SHIM_HEADER} -> #include "{MOVED_HEADER}"')
         print("build command:")
-        print("  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items() if k != "PATH")
-              + " " + shlex.join(plan.command))
+        print(
+            "  "
+            + " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items() if k != "PATH")
+            + " "
+            + shlex.join(plan.command)
+        )
 
     def start(self):
         if self.extra_args:
-            print(f"jupyter-dl install-horovod: unexpected argument {self.extra_args[0]!r}; see jupyter-dl "
-                  f"install-horovod --help", file=sys.stderr)
+            print(
+                f"jupyter-dl install-horovod: unexpected argument {self.extra_args[0]!r}; see jupyter-dl "
+                f"install-horovod --help",
+                file=sys.stderr,
+            )
             return 2
         plan = self.plan()
         prereqs = self.prerequisites(plan.gpu_ops)
@@ -353,16 +430,23 @@ class InstallHorovodApp(Application):
         if self.dry_run:
             self.print_plan(plan, prereqs)
             works = not self.rebuild and self.installed(plan.gpu_ops)
-            step = ("nothing to do: Horovod works here" if works else
-                    f"install {plan.cached_wheel}" if plan.cached_wheel and not self.rebuild else "build, then install")
+            step = (
+                "nothing to do: Horovod works here"
+                if works
+                else f"install {plan.cached_wheel}"
+                if plan.cached_wheel and not self.rebuild
+                else "build, then install"
+            )
             print(f"would: {step}")
             if missing and "build" in step:
                 print("missing prerequisites; run:\n  " + "\n  ".join(self.fix_commands(missing)))
                 return 2
             return 0
         if not self.rebuild and self.installed(plan.gpu_ops):
-            self.say(f"Horovod {self.horovod_version} with TensorFlow and gloo{' and NCCL' if plan.gpu_ops else ''}"
-                     f" already works here")
+            self.say(
+                f"Horovod {self.horovod_version} with TensorFlow and gloo{' and NCCL' if plan.gpu_ops else ''}"
+                f" already works here"
+            )
             return 0
         wheel = plan.cached_wheel if not self.rebuild else None
         if wheel is None:

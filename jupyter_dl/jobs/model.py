@@ -1,5 +1,6 @@
 """The job model: one record per distributed run, shared by the magics, the API, the live view and the job store
 (and, through the store's files, by the server and the panel)."""
+
 import getpass
 import os
 import socket
@@ -30,9 +31,9 @@ class Job:
     gpus: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     error: str | None = None
-    progress: dict = field(default_factory=dict)   # epoch, epochs, step, steps, fraction, samples_per_s, eta_s
+    progress: dict = field(default_factory=dict)  # epoch, epochs, step, steps, fraction, samples_per_s, eta_s
     timings: dict = field(default_factory=dict)
-    restarts: list = field(default_factory=list)   # one {"attempt", "reason", "t"} per restart after a failure
+    restarts: list = field(default_factory=list)  # one {"attempt", "reason", "t"} per restart after a failure
 
     def __post_init__(self):
         self.timestamps.setdefault(self.state, self.created)

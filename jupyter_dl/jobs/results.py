@@ -10,6 +10,7 @@
 
 Results go with their job: the store's retention (JobStore.retention_days, max_jobs) removes both together.
 """
+
 import json
 import os
 import pathlib
@@ -27,10 +28,16 @@ RESULTS = "results"
 
 
 class JobResults(Configurable):
-    enabled = Bool(True, help="Keep what a successful cell job produced (models, histories, source, options, "
-                              "environment) in its job directory, for jupyter_dl.load_job(ID).").tag(config=True)
-    max_model_mb = Float(500.0, help="Models with more parameters than this many MB of float32 are not kept (a note "
-                                     "says so); their job still keeps everything else.").tag(config=True)
+    enabled = Bool(
+        True,
+        help="Keep what a successful cell job produced (models, histories, source, options, "
+        "environment) in its job directory, for jupyter_dl.load_job(ID).",
+    ).tag(config=True)
+    max_model_mb = Float(
+        500.0,
+        help="Models with more parameters than this many MB of float32 are not kept (a note "
+        "says so); their job still keeps everything else.",
+    ).tag(config=True)
 
     def save(self, job_dir, values: dict, source: str, options: dict, environment: dict, namespace=None) -> list:
         """Write the results; returns one-line notes about what was left out."""
@@ -60,9 +67,12 @@ class JobResults(Configurable):
                 custom.update(keras_objects.custom_objects_of(value, {**(namespace or {}), **values}))
             elif payload.is_history(value):
                 (folder / "history").mkdir(parents=True, exist_ok=True)
-                (folder / "history" / f"{name}.json").write_text(json.dumps(
-                    {"history": value.history, "epoch": list(value.epoch), "params": dict(value.params or {})},
-                    default=_plain))
+                (folder / "history" / f"{name}.json").write_text(
+                    json.dumps(
+                        {"history": value.history, "epoch": list(value.epoch), "params": dict(value.params or {})},
+                        default=_plain,
+                    )
+                )
         if custom:
             (folder / "custom_objects.pkl").write_bytes(cloudpickle.dumps(custom))
         (folder / "cell.py").write_text(source)
@@ -74,6 +84,7 @@ class JobResults(Configurable):
 @dataclass
 class SavedJob:
     """A finished job's results: `models` and `histories` by the names the cell bound them to."""
+
     id: str
     models: dict = field(default_factory=dict)
     histories: dict = field(default_factory=dict)
@@ -85,8 +96,10 @@ class SavedJob:
     def model(self):
         """The job's model, when it kept exactly one."""
         if len(self.models) != 1:
-            raise AttributeError(f"job {self.id} kept {len(self.models)} models ({', '.join(self.models) or 'none'})"
-                                 f"; pick one from .models")
+            raise AttributeError(
+                f"job {self.id} kept {len(self.models)} models ({', '.join(self.models) or 'none'})"
+                f"; pick one from .models"
+            )
         return next(iter(self.models.values()))
 
 
@@ -95,11 +108,16 @@ def load(job_dir, job_id) -> SavedJob:
 
     folder = pathlib.Path(job_dir) / RESULTS
     if not folder.is_dir():
-        raise FileNotFoundError(f"job {job_id} kept no results (it did not succeed, ran before results were kept, "
-                                f"or c.JobResults.enabled is off)")
-    saved = SavedJob(job_id, source=(folder / "cell.py").read_text(),
-                     options=json.loads((folder / "options.json").read_text()),
-                     environment=json.loads((folder / "environment.json").read_text()))
+        raise FileNotFoundError(
+            f"job {job_id} kept no results (it did not succeed, ran before results were kept, "
+            f"or c.JobResults.enabled is off)"
+        )
+    saved = SavedJob(
+        job_id,
+        source=(folder / "cell.py").read_text(),
+        options=json.loads((folder / "options.json").read_text()),
+        environment=json.loads((folder / "environment.json").read_text()),
+    )
     custom_file = folder / "custom_objects.pkl"
     custom = cloudpickle.loads(custom_file.read_bytes()) if custom_file.exists() else {}
     for path in sorted((folder / "models").glob("*.keras")):

@@ -3,6 +3,7 @@
 Files, not a database: the kernel writes, the server (and anything else) reads, and both survive restarts.
 job.json is replaced atomically (write to a temp file, then rename) so a reader never sees half a record.
 """
+
 import json
 import os
 import pathlib
@@ -27,13 +28,16 @@ def _default_root():
 
 
 class JobStore(Configurable):
-    root = Unicode(help="Directory holding one sub-directory per job (default: <jupyter data dir>/jupyter_dl/jobs)."
-                   ).tag(config=True)
-    retention_days = Float(30.0, help="Finished jobs older than this many days are deleted when a job starts."
-                           ).tag(config=True)
+    root = Unicode(
+        help="Directory holding one sub-directory per job (default: <jupyter data dir>/jupyter_dl/jobs)."
+    ).tag(config=True)
+    retention_days = Float(30.0, help="Finished jobs older than this many days are deleted when a job starts.").tag(
+        config=True
+    )
     max_jobs = Integer(1000, help="At most this many finished jobs are kept; the oldest go first.").tag(config=True)
-    save_interval = Float(1.0, help="Seconds between progress-only rewrites of job.json while a job runs."
-                          ).tag(config=True)
+    save_interval = Float(1.0, help="Seconds between progress-only rewrites of job.json while a job runs.").tag(
+        config=True
+    )
 
     def _root_default(self):
         return _default_root()

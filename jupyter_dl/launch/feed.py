@@ -1,4 +1,5 @@
 """While a job runs: what the ranks produce (metrics, logs) goes into the job's state, store and observers."""
+
 import time
 
 

@@ -1,4 +1,5 @@
 """Waiting for a job's ranks, and the one way every early end stops them (interrupt, repeat, then kill)."""
+
 import signal
 import time
 from dataclasses import dataclass, field
@@ -7,9 +8,10 @@ from dataclasses import dataclass, field
 @dataclass
 class Ending:
     """How a run of the ranks ended. status: ok, failed, timeout, stalled, cancelled or interrupted."""
+
     status: str = "ok"
     failed_order: list = field(default_factory=list)  # ranks in the order their failure was observed
-    stalls: dict = field(default_factory=dict)         # rank -> its stall report
+    stalls: dict = field(default_factory=dict)  # rank -> its stall report
 
 
 class Monitor:
@@ -93,9 +95,14 @@ class Monitor:
 
     def _kill(self, ids, pending, outcomes):
         for r in pending:
-            outcomes[r] = {"rank": r, "ok": False, "induced": True, "ename": "Killed",
-                           "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced",
-                           "traceback": ""}
+            outcomes[r] = {
+                "rank": r,
+                "ok": False,
+                "induced": True,
+                "ename": "Killed",
+                "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced",
+                "traceback": "",
+            }
         self.cluster.kill_and_replace([ids[r] for r in pending])
 
 
@@ -108,7 +115,13 @@ def outcome_of(rank, ar):
 
         render = getattr(exc, "render_traceback", None)
         tb = "\n".join(render()) if callable(render) else str(exc)
-        return {"rank": rank, "ok": False, "induced": False, "ename": getattr(exc, "ename", type(exc).__name__),
-                "evalue": getattr(exc, "evalue", str(exc)), "traceback": tb,
-                # ipyparallel reports a dead engine as EngineError, raised directly or wrapped in a RemoteError
-                "died": isinstance(exc, EngineError) or getattr(exc, "ename", "") == "EngineError"}
+        return {
+            "rank": rank,
+            "ok": False,
+            "induced": False,
+            "ename": getattr(exc, "ename", type(exc).__name__),
+            "evalue": getattr(exc, "evalue", str(exc)),
+            "traceback": tb,
+            # ipyparallel reports a dead engine as EngineError, raised directly or wrapped in a RemoteError
+            "died": isinstance(exc, EngineError) or getattr(exc, "ename", "") == "EngineError",
+        }

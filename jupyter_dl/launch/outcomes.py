@@ -1,5 +1,6 @@
 """What the ranks' outcomes mean for the job: its final state, and the one error the notebook sees (naming the rank
 that caused a failure, not the peers that only failed because it left)."""
+
 import sys
 
 from .. import payload
@@ -16,19 +17,22 @@ def finish(job, ending, outcomes, timeout, store, cluster):
     if status == "cancelled":
         source = store.cancel_source(job.id) if store is not None else None
         job.transition("cancelled", error=f"cancelled from {source or 'the jobs panel or %dl_jobs cancel'}")
-        raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); "
-                           f"all {job.n} ranks stopped")
+        raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); all {job.n} ranks stopped")
     if status == "timeout":
         job.transition("failed", error="timeout")
         where = "; ".join(f"rank {r} was in {last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
-        raise JobTimeout(f"job {job.name!r} ran past --timeout {timeout:g}s and was stopped"
-                         f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter")
+        raise JobTimeout(
+            f"job {job.name!r} ran past --timeout {timeout:g}s and was stopped"
+            f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter"
+        )
     if status == "stalled":
         raise_if_host_lost(job, cluster)
         job.transition("failed", error="stalled")
-        raise JobStalled(f"job {job.name!r} stalled: {describe_stall(ending.stalls, outcomes)}; all {job.n} ranks "
-                         f"stopped. Every rank must run the same collectives in the same order; if one rank "
-                         f"legitimately works alone this long, raise --stall-timeout")
+        raise JobStalled(
+            f"job {job.name!r} stalled: {describe_stall(ending.stalls, outcomes)}; all {job.n} ranks "
+            f"stopped. Every rank must run the same collectives in the same order; if one rank "
+            f"legitimately works alone this long, raise --stall-timeout"
+        )
     if status == "failed":
         raise_if_host_lost(job, cluster)
         raise _rank_error(job, ending, outcomes)
@@ -56,10 +60,12 @@ def raise_if_host_lost(job, cluster):
         return
     host, ranks = next(iter(lost.items()))
     job.transition("failed", error=f"host {host} lost")
-    raise HostLost(f"job {job.name!r}: host {host} (rank{'s' if len(ranks) > 1 else ''} "
-                   f"{', '.join(map(str, ranks))}) stopped answering during the job (its network link or the host "
-                   f"is down); the other ranks were stopped. Run on the remaining hosts' engines "
-                   f"(%dl_cluster status) or bring the host back")
+    raise HostLost(
+        f"job {job.name!r}: host {host} (rank{'s' if len(ranks) > 1 else ''} "
+        f"{', '.join(map(str, ranks))}) stopped answering during the job (its network link or the host "
+        f"is down); the other ranks were stopped. Run on the remaining hosts' engines "
+        f"(%dl_cluster status) or bring the host back"
+    )
 
 
 def redacted(outcome, redact):
@@ -69,9 +75,14 @@ def redacted(outcome, redact):
     clean = {k: redact(v) if isinstance(v, str) else v for k, v in outcome.items()}
     values = clean.get("values")
     if values:
-        clean["values"] = {name: (payload.Unsendable(name, "it holds a --secret value, which stays on the engines")
-                                  if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1")) else blob)
-                           for name, blob in values.items()}
+        clean["values"] = {
+            name: (
+                payload.Unsendable(name, "it holds a --secret value, which stays on the engines")
+                if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1"))
+                else blob
+            )
+            for name, blob in values.items()
+        }
     return clean
 
 
@@ -95,8 +106,10 @@ def failure_summary(ending, outcomes, redact) -> str:
 
 def describe_stall(stalls, outcomes) -> str:
     """Which ranks waited in what, and where the others were when they were stopped."""
-    waits = [f"rank {r} waited {rep['waited_s']:.0f}s in {rep['what']}" + (f" ({rep['where']})" if rep["where"] else "")
-             for r, rep in sorted(stalls.items())]
+    waits = [
+        f"rank {r} waited {rep['waited_s']:.0f}s in {rep['what']}" + (f" ({rep['where']})" if rep["where"] else "")
+        for r, rep in sorted(stalls.items())
+    ]
     others = []
     for r, outcome in enumerate(outcomes):
         if r in stalls or outcome is None:

@@ -1,4 +1,5 @@
 """Where a job's ranks run (which engines, in which order) and getting the values they read onto those engines."""
+
 from .. import payload
 from ..errors import UsageError
 
@@ -14,15 +15,19 @@ def place(cluster, n, granted=None, kind=None):
         pairs = [(eid, info) for eid, info in pairs if kinds[eid] == kind]
         if len(pairs) < n:
             found = ", ".join(f"{list(kinds.values()).count(k)} x {k}" for k in sorted(set(kinds.values())))
-            raise UsageError(f"the plan runs {n} ranks on {kind}, but the cluster has {len(pairs)} such engines "
-                             f"({found}); add engines of that kind or run without --recommend")
+            raise UsageError(
+                f"the plan runs {n} ranks on {kind}, but the cluster has {len(pairs)} such engines "
+                f"({found}); add engines of that kind or run without --recommend"
+            )
     if granted and any(info.get("gpu") for _, info in pairs):
         wanted = {(host, str(gpu)) for host, gpu in granted}
         pinned = {(info["hostname"], info.get("gpu")) for _, info in pairs}
         pairs = [(eid, info) for eid, info in pairs if (info["hostname"], info.get("gpu")) in wanted]
         if len(pairs) < n:
-            raise UsageError(f"the pool granted GPUs {sorted(wanted)}, but the cluster's engines are pinned to "
-                             f"{sorted(pinned)}; start the cluster with one engine per GPU on the pool's hosts")
+            raise UsageError(
+                f"the pool granted GPUs {sorted(wanted)}, but the cluster's engines are pinned to "
+                f"{sorted(pinned)}; start the cluster with one engine per GPU on the pool's hosts"
+            )
     order = {}
     for _, info in pairs:
         order.setdefault(info["hostname"], len(order))

@@ -1,5 +1,6 @@
 """What a job runs and what it brings back: the work (a cell or a function), what must travel with it, and the
 result handed to the notebook. Everything here fails on bad input before any engine is touched."""
+
 import sys
 from dataclasses import dataclass, field
 
@@ -26,20 +27,21 @@ class FunctionWork:
 @dataclass
 class RunResult:
     job: Job
-    values: dict = field(default_factory=dict)      # cell mode: names bound back into the namespace
-    problems: dict = field(default_factory=dict)    # names that could not come back, with why
-    results: list = field(default_factory=list)     # function mode: return value per rank (rank 0 only unless all)
-    stdout: list = field(default_factory=list)      # per rank, the full text
-    state: object = None                            # the TrainingState built from streamed metrics
-    view: object = None                             # the cell's LiveView, when one was shown
-    probe: dict | None = None                       # probe mode: what rank 0 measured of the cell's fit
-    recommendation: object = None                   # --recommend: the plan it ran with
-    diverged: str | None = None                     # zero-code: the warning when ranks ended with different weights
+    values: dict = field(default_factory=dict)  # cell mode: names bound back into the namespace
+    problems: dict = field(default_factory=dict)  # names that could not come back, with why
+    results: list = field(default_factory=list)  # function mode: return value per rank (rank 0 only unless all)
+    stdout: list = field(default_factory=list)  # per rank, the full text
+    state: object = None  # the TrainingState built from streamed metrics
+    view: object = None  # the cell's LiveView, when one was shown
+    probe: dict | None = None  # probe mode: what rank 0 measured of the cell's fit
+    recommendation: object = None  # --recommend: the plan it ran with
+    diverged: str | None = None  # zero-code: the warning when ranks ended with different weights
 
 
 @dataclass
 class Shipment:
     """What travels to the engines: the values the cell reads, by name as (fingerprint or None, value or blob)."""
+
     names_in: list = field(default_factory=list)
     names_out: list = field(default_factory=list)
     values: dict = field(default_factory=dict)

@@ -1,4 +1,5 @@
 """Pull the records ranks published (ipyparallel data publication) out of their AsyncResults, in order, once."""
+
 import time
 
 

@@ -1,13 +1,17 @@
 """How the notebook shows a comparison of runs (the dict of jupyter_dl.comparison.compare_jobs): one plotly figure
 that overlays the runs' curves (losses above, other metrics below; one colour per run) in the live view's theme, and
 the table as HTML and as text."""
+
 import html
 
 from ..comparison import BATCH_LOSS
 from .theme import background_for
 
-SECTION_TITLES = {"settings": "settings that differ", "final metrics": "final metrics (last epoch)",
-                  "performance": "performance"}
+SECTION_TITLES = {
+    "settings": "settings that differ",
+    "final metrics": "final metrics (last epoch)",
+    "performance": "performance",
+}
 FALLBACK_COLORS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 
 
@@ -38,15 +42,25 @@ def figure(data, template="plotly_white", x=None):
         run, color = runs[curve["run"]]
         batch = curve["kind"] == "batch"
         fig.add_scatter(
-            x=curve[x], y=curve["y"], name=f"{run['label']}: {curve['metric']}",
+            x=curve[x],
+            y=curve["y"],
+            name=f"{run['label']}: {curve['metric']}",
             legendgroup=run["id"],  # a click on the legend hides or shows all of one run's curves
-            mode="lines" if batch else "lines+markers", opacity=0.45 if batch else 1.0,
+            mode="lines" if batch else "lines+markers",
+            opacity=0.45 if batch else 1.0,
             line=dict(color=color, width=1 if batch else 2, dash="dot" if curve["metric"].startswith("val_") else None),
-            row=1 if _is_loss(curve["metric"]) else 2, col=1)
+            row=1 if _is_loss(curve["metric"]) else 2,
+            col=1,
+        )
     backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(template)}
-    fig.update_layout(template=template, height=300 + 220 * (rows - 1), margin=dict(l=50, r=30, t=40, b=40),
-                      title=dict(text="compared: " + " vs ".join(r["label"] for r in data["runs"]), font=dict(size=13)),
-                      legend=dict(orientation="h", y=-0.15 if rows == 1 else -0.1), **backgrounds)
+    fig.update_layout(
+        template=template,
+        height=300 + 220 * (rows - 1),
+        margin=dict(l=50, r=30, t=40, b=40),
+        title=dict(text="compared: " + " vs ".join(r["label"] for r in data["runs"]), font=dict(size=13)),
+        legend=dict(orientation="h", y=-0.15 if rows == 1 else -0.1),
+        **backgrounds,
+    )
     fig.update_yaxes(title_text="loss", row=1, col=1)
     if with_metrics:
         fig.update_yaxes(title_text="metrics", row=2, col=1)
@@ -70,8 +84,9 @@ def table_text(data) -> str:
     for section, rows in sections.items():
         lines.append([SECTION_TITLES.get(section, section) + ":"])
         lines += [[f"  {row['name']}", *row["text"]] for row in rows]
-    widths = [max(len(line[i]) for line in [header, *lines] if len(line) > i and len(line) > 1)
-              for i in range(len(header))]
+    widths = [
+        max(len(line[i]) for line in [header, *lines] if len(line) > i and len(line) > 1) for i in range(len(header))
+    ]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(header, widths)).rstrip()]
     for line in lines:
         out.append(line[0] if len(line) == 1 else "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
@@ -86,12 +101,19 @@ def table_html(data) -> str:
     if "settings" not in sections:
         body.append(f"<tr><th colspan='{columns}' style='text-align:left'>settings: the same in every run</th></tr>")
     for section, rows in sections.items():
-        body.append(f"<tr><th colspan='{columns}' style='text-align:left'>"
-                    f"{html.escape(SECTION_TITLES.get(section, section))}</th></tr>")
-        body += ["<tr><td>" + html.escape(row["name"]) + "</td>"
-                 + "".join(f"<td>{html.escape(text)}</td>" for text in row["text"]) + "</tr>" for row in rows]
-    return (f"<table class='jp-dl-compare'><thead><tr><th></th>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+        body.append(
+            f"<tr><th colspan='{columns}' style='text-align:left'>"
+            f"{html.escape(SECTION_TITLES.get(section, section))}</th></tr>"
+        )
+        body += [
+            "<tr><td>"
+            + html.escape(row["name"])
+            + "</td>"
+            + "".join(f"<td>{html.escape(text)}</td>" for text in row["text"])
+            + "</tr>"
+            for row in rows
+        ]
+    return f"<table class='jp-dl-compare'><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 class Comparison:

@@ -8,8 +8,8 @@ class DownsampledSeries:
         if budget < 2 or budget % 2:
             raise ValueError("budget must be an even number >= 2")
         self.budget = budget
-        self.bucket = 1          # raw points per stored point
-        self.count = 0           # raw points seen
+        self.bucket = 1  # raw points per stored point
+        self.count = 0  # raw points seen
         self._xs: list = []
         self._ys: list = []
         self._sum_x = self._sum_y = 0.0

@@ -1,4 +1,5 @@
 """What the live view knows about a training run, built from the records ranks publish. No widgets here."""
+
 import time
 from collections import deque
 
@@ -27,22 +28,22 @@ class TrainingState:
         self.global_step = 0
         self.epoch = 0
         self.step = 0
-        self.batch_loss = DownsampledSeries(budget)      # smoothed per-batch training loss
-        self.epoch_series = {}                             # "loss", "val_loss", "accuracy", ... -> series
-        self.epoch_logs = []                               # last value per epoch: the history, exactly
-        self.epoch_boundaries = []                         # global step at each epoch end
-        self.throughput = {}                               # rank -> {"samples", "steps", "seconds"}
+        self.batch_loss = DownsampledSeries(budget)  # smoothed per-batch training loss
+        self.epoch_series = {}  # "loss", "val_loss", "accuracy", ... -> series
+        self.epoch_logs = []  # last value per epoch: the history, exactly
+        self.epoch_boundaries = []  # global step at each epoch end
+        self.throughput = {}  # rank -> {"samples", "steps", "seconds"}
         self.ended_ranks = set()
-        self.latencies = deque(maxlen=100_000)             # engine batch end -> kernel saw it, seconds (recent)
-        self._undrawn = []                                 # engine times of batches not yet drawn
+        self.latencies = deque(maxlen=100_000)  # engine batch end -> kernel saw it, seconds (recent)
+        self._undrawn = []  # engine times of batches not yet drawn
         self._prev_mean = {}
         self._ema = None
-        self._rate_window = []                             # (engine time, global step) for live speed
+        self._rate_window = []  # (engine time, global step) for live speed
         self.first_t = None
         self.last_t = None
-        self.restarts = []                                 # {"attempt", "reason", "step", "epoch"} per restart
-        self.resources = {}                                # rank -> {"t": [...], "cpu": [...], "rss_mb": [...], ...}
-        self.resource_samples = 0                          # samples consumed so far: the view redraws on change
+        self.restarts = []  # {"attempt", "reason", "step", "epoch"} per restart
+        self.resources = {}  # rank -> {"t": [...], "cpu": [...], "rss_mb": [...], ...}
+        self.resource_samples = 0  # samples consumed so far: the view redraws on change
         self._pending_restart = None
 
     # ---------------------------------------------------------------------------------------------- input
@@ -65,8 +66,9 @@ class TrainingState:
             elif kind == "epoch":
                 self._epoch(record)
             elif kind == "throughput":
-                self.throughput[record["rank"]] = {k: record[k] for k in ("samples", "steps", "seconds", "allreduce_s")
-                                                   if k in record}
+                self.throughput[record["rank"]] = {
+                    k: record[k] for k in ("samples", "steps", "seconds", "allreduce_s") if k in record
+                }
             elif kind == "resources":
                 self._resources(record)
             elif kind == "end":
@@ -95,8 +97,11 @@ class TrainingState:
         split = {}
         for rank, v in sorted(self.throughput.items()):
             if v.get("seconds") and v.get("allreduce_s") is not None:
-                split[rank] = {"seconds": v["seconds"], "allreduce_s": v["allreduce_s"],
-                               "share": min(1.0, max(0.0, v["allreduce_s"] / v["seconds"]))}
+                split[rank] = {
+                    "seconds": v["seconds"],
+                    "allreduce_s": v["allreduce_s"],
+                    "share": min(1.0, max(0.0, v["allreduce_s"] / v["seconds"])),
+                }
         return split
 
     def _batch(self, record):
@@ -182,11 +187,22 @@ class TrainingState:
         fraction = 1.0 if finished else (min(1.0, done / total) if total else None)
         rate = self.steps_per_second()
         eta = (total - done) / rate if (total and rate and not finished) else (0.0 if finished else None)
-        return {"epoch": self.epoch + 1 if done else 0, "epochs": self.epochs, "step": self.step,
-                "steps": self.steps, "global_step": done, "total_steps": total, "fraction": fraction,
-                "samples_per_s": self.samples_per_second(), "eta_s": eta, "updated": time.time()}
+        return {
+            "epoch": self.epoch + 1 if done else 0,
+            "epochs": self.epochs,
+            "step": self.step,
+            "steps": self.steps,
+            "global_step": done,
+            "total_steps": total,
+            "fraction": fraction,
+            "samples_per_s": self.samples_per_second(),
+            "eta_s": eta,
+            "updated": time.time(),
+        }
 
     def rank_throughput(self):
         """Samples per second per rank over the whole run (from each rank's own clock)."""
-        return {rank: (v["samples"] / v["seconds"] if v["seconds"] and v["samples"] else None)
-                for rank, v in sorted(self.throughput.items())}
+        return {
+            rank: (v["samples"] / v["seconds"] if v["seconds"] and v["samples"] else None)
+            for rank, v in sorted(self.throughput.items())
+        }

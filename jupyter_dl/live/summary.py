@@ -3,6 +3,7 @@
 Its throughput is the whole fit's average: each rank's samples over its own time in fit (first steps, validation
 and epoch ends included), summed over ranks. The live label and the jobs panel show the speed of the last few
 seconds instead, which runs higher once the training step is compiled; the text says which is which."""
+
 import hashlib
 import html
 
@@ -23,12 +24,20 @@ def summarize(job, state, baseline_sps=None) -> dict:
     efficiency = None
     if total and baseline_sps and job.n > 1:
         efficiency = total / (job.n * baseline_sps)
-    return {"job": job.name, "state": job.state, "ranks": job.n, "wall_s": job.elapsed,
-            "samples_per_s": total, "samples_per_s_by_rank": per_rank,
-            "final_metrics": dict(state.epoch_logs[-1]) if state.epoch_logs else {},
-            "scaling_efficiency": efficiency, "baseline_samples_per_s": baseline_sps,
-            "restarts": len(getattr(job, "restarts", [])),
-            "time_split": state.time_split(), "resources": resource_peaks(state.resources)}
+    return {
+        "job": job.name,
+        "state": job.state,
+        "ranks": job.n,
+        "wall_s": job.elapsed,
+        "samples_per_s": total,
+        "samples_per_s_by_rank": per_rank,
+        "final_metrics": dict(state.epoch_logs[-1]) if state.epoch_logs else {},
+        "scaling_efficiency": efficiency,
+        "baseline_samples_per_s": baseline_sps,
+        "restarts": len(getattr(job, "restarts", [])),
+        "time_split": state.time_split(),
+        "resources": resource_peaks(state.resources),
+    }
 
 
 def resource_peaks(resources: dict) -> dict:
@@ -36,8 +45,12 @@ def resource_peaks(resources: dict) -> dict:
     peaks = {}
     for rank, series in sorted(resources.items()):
         row = {}
-        for key, name, reduce in (("cpu", "cpu_mean", _mean), ("rss_mb", "rss_peak_mb", max),
-                                  ("gpu_util", "gpu_util_mean", _mean), ("gpu_mem_mb", "gpu_mem_peak_mb", max)):
+        for key, name, reduce in (
+            ("cpu", "cpu_mean", _mean),
+            ("rss_mb", "rss_peak_mb", max),
+            ("gpu_util", "gpu_util_mean", _mean),
+            ("gpu_mem_mb", "gpu_mem_peak_mb", max),
+        ):
             values = [v for v in series.get(key, []) if v is not None]
             if values:
                 row[name] = reduce(values)
@@ -56,8 +69,10 @@ def time_split_text(split: dict) -> str:
         return ""
     share = sum(part["allreduce_s"] for part in split.values()) / seconds
     waited_most = max(split, key=lambda rank: split[rank]["share"])
-    text = (f"where time went: {1 - share:.0%} compute, {share:.0%} in the gradient allreduce (waiting for the other "
-            f"ranks, then exchanging")
+    text = (
+        f"where time went: {1 - share:.0%} compute, {share:.0%} in the gradient allreduce (waiting for the other "
+        f"ranks, then exchanging"
+    )
     if len(split) > 1:
         text += f"; rank {waited_most} waited most: {split[waited_most]['share']:.0%}"
     return text + ")"
@@ -90,20 +105,26 @@ def _fmt_rate(value):
 
 
 def as_text(s: dict) -> str:
-    parts = [f"{s['job']}: {s['state']} in {s['wall_s']:.1f} s on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
-             + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")]
+    parts = [
+        f"{s['job']}: {s['state']} in {s['wall_s']:.1f} s on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
+        + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")
+    ]
     if s["samples_per_s"]:
         by_rank = ", ".join(f"rank {r}: {_fmt_rate(v)}" for r, v in s["samples_per_s_by_rank"].items())
-        parts.append(f"{_fmt_rate(s['samples_per_s'])} samples/s averaged over the whole fit ({by_rank}; the live "
-                     f"figure was the last few seconds)")
+        parts.append(
+            f"{_fmt_rate(s['samples_per_s'])} samples/s averaged over the whole fit ({by_rank}; the live "
+            f"figure was the last few seconds)"
+        )
     if s["final_metrics"]:
         parts.append(" ".join(f"{k} {v:.4g}" for k, v in s["final_metrics"].items()))
     for extra in (time_split_text(s.get("time_split") or {}), resources_text(s.get("resources") or {})):
         if extra:
             parts.append(extra)
     if s["scaling_efficiency"] is not None:
-        parts.append(f"scaling efficiency {s['scaling_efficiency']:.0%} vs 1 rank "
-                     f"({_fmt_rate(s['baseline_samples_per_s'])} samples/s)")
+        parts.append(
+            f"scaling efficiency {s['scaling_efficiency']:.0%} vs 1 rank "
+            f"({_fmt_rate(s['baseline_samples_per_s'])} samples/s)"
+        )
     elif s["ranks"] > 1 and s.get("state") == "succeeded":  # a cancelled or failed run measured nothing to compare
         parts.append("scaling efficiency: run the cell with -n 1 once to compare")
     return " | ".join(parts)

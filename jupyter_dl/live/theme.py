@@ -8,6 +8,7 @@ its background is its template's own, not transparent: plotly_white's dark text 
 a dark JupyterLab, plotly_dark's light text on near-black in a light one. In the matching theme the card has the
 page's own colour (white; JupyterLab dark's #111), so nothing shows.
 """
+
 import json
 import pathlib
 import re
@@ -19,8 +20,14 @@ LIGHT_TEMPLATE = "plotly_white"
 def _settings_file():
     from jupyter_core.paths import jupyter_config_dir
 
-    return pathlib.Path(jupyter_config_dir()) / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension" / \
-        "themes.jupyterlab-settings"
+    return (
+        pathlib.Path(jupyter_config_dir())
+        / "lab"
+        / "user-settings"
+        / "@jupyterlab"
+        / "apputils-extension"
+        / "themes.jupyterlab-settings"
+    )
 
 
 def jupyterlab_theme_is_dark(settings_file=None) -> bool:
@@ -51,5 +58,6 @@ def background_for(template: str) -> dict:
         layout = pio.templates[template].layout
     except (ImportError, KeyError, ValueError):
         return {}
-    return {key: value for key in ("paper_bgcolor", "plot_bgcolor")
-            if (value := getattr(layout, key, None)) is not None}
+    return {
+        key: value for key in ("paper_bgcolor", "plot_bgcolor") if (value := getattr(layout, key, None)) is not None
+    }

@@ -10,6 +10,7 @@ Throughput here is the live rate: samples per second over the last few seconds, 
 panel shows the same figure). The summary's is the whole fit's average (see summary.py), so it is lower when
 the first steps were slow; each says which it is.
 """
+
 import html
 import json
 import math
@@ -24,8 +25,10 @@ RESTART_COLOR = "#d62728"
 # 700 px default while the static renderer fills the cell, and the output jumped when the job ended.
 FIGURE_WIDTH, FIGURE_HEIGHT = 760, 360
 RATE_WINDOW_S = 3  # TrainingState's live-speed window
-RATE_HELP = (f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
-             f"gives the average over the whole fit")
+RATE_HELP = (
+    f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
+    f"gives the average over the whole fit"
+)
 ETA_TIME_CONSTANT_S = 10.0  # the ETA label follows a new estimate over about this long, not at every redraw
 
 
@@ -74,8 +77,9 @@ class LiveView:
             return
         import ipywidgets as widgets
 
-        self.progress_bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="starting",
-                                                  layout=widgets.Layout(width="60%"))
+        self.progress_bar = widgets.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="starting", layout=widgets.Layout(width="60%")
+        )
         self.label = widgets.HTML(value="")
         self._box = widgets.VBox([widgets.HBox([self.progress_bar, self.label])])
         self._handle = _display(self._box, display_id=True)
@@ -95,11 +99,15 @@ class LiveView:
         # The template's own background, not a transparent one: the static copy outlives a theme switch.
         backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(self.template)}
         return dict(
-            template=self.template, width=FIGURE_WIDTH, height=FIGURE_HEIGHT, autosize=False,
+            template=self.template,
+            width=FIGURE_WIDTH,
+            height=FIGURE_HEIGHT,
+            autosize=False,
             margin=dict(l=50, r=50, t=40, b=40),
             title=dict(text=f"{job.name} · {job.n} ranks", font=dict(size=13)),
             **backgrounds,
-            xaxis=dict(title="step"), yaxis=dict(title="loss"),
+            xaxis=dict(title="step"),
+            yaxis=dict(title="loss"),
             # plotly.js gives an overlaying axis tickmode "sync": ticks at the loss axis' gridlines, which read as
             # 0.463, 0.581 on the metrics scale. Its own round ticks instead.
             yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False, tickmode="auto"),
@@ -118,20 +126,48 @@ class LiveView:
             self._set("loss (batch, smoothed)", state.batch_loss, axis="y", mode="lines", width=1)
             for key, series in state.epoch_series.items():
                 axis = "y" if key.endswith("loss") else "y2"
-                self._set(key, series, axis=axis, mode="lines+markers", width=2,
-                          dash="dot" if key.startswith("val_") else None)
+                self._set(
+                    key,
+                    series,
+                    axis=axis,
+                    mode="lines+markers",
+                    width=2,
+                    dash="dot" if key.startswith("val_") else None,
+                )
             self.figure.layout.shapes = [
-                dict(type="line", x0=b, x1=b, yref="paper", y0=0, y1=1,
-                     line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"))
+                dict(
+                    type="line",
+                    x0=b,
+                    x1=b,
+                    yref="paper",
+                    y0=0,
+                    y1=1,
+                    line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"),
+                )
                 for b in state.epoch_boundaries[-MAX_BOUNDARY_MARKS:]
             ] + [
-                dict(type="line", x0=r["step"], x1=r["step"], yref="paper", y0=0, y1=1,
-                     line=dict(dash="dash", width=2, color=RESTART_COLOR))
+                dict(
+                    type="line",
+                    x0=r["step"],
+                    x1=r["step"],
+                    yref="paper",
+                    y0=0,
+                    y1=1,
+                    line=dict(dash="dash", width=2, color=RESTART_COLOR),
+                )
                 for r in state.restarts
             ]
             self.figure.layout.annotations = [
-                dict(x=r["step"], y=1, yref="paper", yanchor="bottom", showarrow=False, text=f"restart {r['attempt']}",
-                     hovertext=r["reason"], font=dict(size=11, color=RESTART_COLOR))
+                dict(
+                    x=r["step"],
+                    y=1,
+                    yref="paper",
+                    yanchor="bottom",
+                    showarrow=False,
+                    text=f"restart {r['attempt']}",
+                    hovertext=r["reason"],
+                    font=dict(size=11, color=RESTART_COLOR),
+                )
                 for r in state.restarts
             ]
         # Samples come about once a second, redraws up to ten times: resend the resource series only when they grew.
@@ -163,8 +199,7 @@ class LiveView:
             self.progress_bar.value = p["fraction"]
         self.progress_bar.description = format_percent(p["fraction"] or 0)
         p = {**p, "eta_s": self._eta.update(p.get("eta_s"), time.monotonic())}
-        self.label.value = (f"<span title='{html.escape(RATE_HELP, quote=True)}'>"
-                            f"{html.escape(progress_text(p))}</span>")
+        self.label.value = f"<span title='{html.escape(RATE_HELP, quote=True)}'>{html.escape(progress_text(p))}</span>"
 
     # --------------------------------------------------------------------------------------------- finish
     def finished(self, job, state):

@@ -1,4 +1,5 @@
 """What a job's lease needs from a pool, the hub service's (`PoolClient`) or the embedded one (`LocalPool`)."""
+
 import time
 
 from .gang import PoolError
@@ -20,8 +21,9 @@ class PoolAccess:
             if on_wait is not None:
                 on_wait(ticket)
             if end is not None and time.monotonic() > end:
-                raise PoolError(f"pool: still queued after {timeout:.0f}s (position {ticket['position']}): "
-                                f"{ticket['reason']}")
+                raise PoolError(
+                    f"pool: still queued after {timeout:.0f}s (position {ticket['position']}): {ticket['reason']}"
+                )
             if owner:
                 self.heartbeat(owner)
             time.sleep(poll)

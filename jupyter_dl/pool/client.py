@@ -1,4 +1,5 @@
 """Kernel side: talk to the `jupyter-dl-pool` service with the user's hub token (`requests`)."""
+
 import os
 
 import requests
@@ -17,8 +18,9 @@ class PoolClient(PoolAccess):
             raise PoolError("no pool service URL: set JUPYTER_DL_POOL_URL (e.g. https://hub/services/jupyter-dl-pool)")
 
     def _call(self, method, path, body=None):
-        response = requests.request(method, self.url + path, json=body, timeout=self.timeout,
-                                    headers={"Authorization": f"token {self.token}"})
+        response = requests.request(
+            method, self.url + path, json=body, timeout=self.timeout, headers={"Authorization": f"token {self.token}"}
+        )
         try:
             data = response.json()
         except ValueError:
@@ -28,8 +30,9 @@ class PoolClient(PoolAccess):
         return data
 
     def submit(self, gpus, job="", owner="", allowed=()):
-        return self._call("POST", "api/tickets", {"gpus": gpus, "job": job, "owner": owner,
-                                                  "allowed": [list(d) for d in allowed]})
+        return self._call(
+            "POST", "api/tickets", {"gpus": gpus, "job": job, "owner": owner, "allowed": [list(d) for d in allowed]}
+        )
 
     def ticket(self, ticket_id):
         return self._call("GET", f"api/tickets/{ticket_id}")

@@ -10,6 +10,7 @@ service, and in bench/pool_trace.py's simulation:
   or the whole pool, is refused at once with what to do; one that only has to wait says why and where it stands.
 - A lease lives while its owner (a kernel) sends heartbeats; when they stop for `lease_ttl` seconds the GPUs return.
 """
+
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -18,8 +19,8 @@ from ..errors import UsageError
 
 @dataclass
 class Quota:
-    max_gpus: int | None = None          # GPUs one user may hold at once (None: no limit)
-    max_jobs: int | None = None          # jobs one user may run at once
+    max_gpus: int | None = None  # GPUs one user may hold at once (None: no limit)
+    max_jobs: int | None = None  # jobs one user may run at once
 
 
 @dataclass
@@ -29,16 +30,15 @@ class Ticket:
     gpus: int
     priority: int = 0
     job: str = ""
-    owner: str = ""                      # who heartbeats for it (a kernel id)
+    owner: str = ""  # who heartbeats for it (a kernel id)
     submitted: float = 0.0
-    state: str = "queued"                # queued | granted | released | cancelled | expired
+    state: str = "queued"  # queued | granted | released | cancelled | expired
     granted: float | None = None
     ended: float | None = None
-    devices: list = field(default_factory=list)   # [(host, gpu index)] while granted
-    reason: str = ""                     # why it waits
+    devices: list = field(default_factory=list)  # [(host, gpu index)] while granted
+    reason: str = ""  # why it waits
     last_seen: float = 0.0
-    allowed: list = field(default_factory=list)   # [(host, gpu index)] it may be placed on; empty: any
-
+    allowed: list = field(default_factory=list)  # [(host, gpu index)] it may be placed on; empty: any
 
     def as_dict(self):
         return asdict(self)
@@ -53,8 +53,16 @@ class UnknownTicket(PoolError):
 
 
 class GangPool:
-    def __init__(self, inventory: dict, quotas: dict | None = None, default_quota: Quota | None = None,
-                 lease_ttl=60.0, reserve_after=3600.0, clock=time.monotonic, first_id=1):
+    def __init__(
+        self,
+        inventory: dict,
+        quotas: dict | None = None,
+        default_quota: Quota | None = None,
+        lease_ttl=60.0,
+        reserve_after=3600.0,
+        clock=time.monotonic,
+        first_id=1,
+    ):
         self.inventory = {host: list(gpus) for host, gpus in inventory.items()}
         self.quotas = dict(quotas or {})
         self.default_quota = default_quota or Quota()
@@ -80,18 +88,23 @@ class GangPool:
         if allowed:
             allowed = [(host, gpu) for host, gpu in allowed if gpu in self.inventory.get(host, [])]
             if not allowed:
-                raise PoolError("none of the GPUs this job may use are in the pool: start the cluster's engines on "
-                                "the pool's GPUs")
+                raise PoolError(
+                    "none of the GPUs this job may use are in the pool: start the cluster's engines on the pool's GPUs"
+                )
         size = len(allowed) if allowed else self.size
         if gpus < 1:
             raise PoolError(f"a job needs at least 1 GPU (asked for {gpus})")
         if gpus > size:
-            raise PoolError(f"asked for {gpus} GPUs; the pool has {size} in all"
-                            f"{' for this cluster' if allowed else ''}: ask for at most {size}")
+            raise PoolError(
+                f"asked for {gpus} GPUs; the pool has {size} in all"
+                f"{' for this cluster' if allowed else ''}: ask for at most {size}"
+            )
         quota = self.quota(user)
         if quota.max_gpus is not None and gpus > quota.max_gpus:
-            raise PoolError(f"asked for {gpus} GPUs; {user}'s quota is {quota.max_gpus} at once: ask for at most "
-                            f"{quota.max_gpus}, or ask an admin to raise the quota")
+            raise PoolError(
+                f"asked for {gpus} GPUs; {user}'s quota is {quota.max_gpus} at once: ask for at most "
+                f"{quota.max_gpus}, or ask an admin to raise the quota"
+            )
         now = self.clock()
         ticket_id, self._next_id = f"t{self._next_id}", self._next_id + 1
         ticket = Ticket(ticket_id, user, gpus, priority, job, owner, submitted=now, last_seen=now, allowed=allowed)
@@ -134,8 +147,11 @@ class GangPool:
     def expire(self):
         """End the tickets whose owner stopped sending heartbeats (its kernel died): nothing leaks."""
         now = self.clock()
-        expired = [t for t in self.tickets.values()
-                   if t.state in ("queued", "granted") and t.owner and now - t.last_seen > self.lease_ttl]
+        expired = [
+            t
+            for t in self.tickets.values()
+            if t.state in ("queued", "granted") and t.owner and now - t.last_seen > self.lease_ttl
+        ]
         for ticket in expired:
             self._end(ticket, "expired")
         if expired:
@@ -197,8 +213,10 @@ class GangPool:
             return f"waiting: {ticket.user} runs {len(running)} jobs, the quota is {quota.max_jobs} at once"
         held = sum(t.gpus for t in running)
         if quota.max_gpus is not None and held + ticket.gpus > quota.max_gpus:
-            return (f"waiting: {ticket.user} holds {held} GPUs, the quota is {quota.max_gpus} at once; it starts "
-                    f"when {held + ticket.gpus - quota.max_gpus} are released")
+            return (
+                f"waiting: {ticket.user} holds {held} GPUs, the quota is {quota.max_gpus} at once; it starts "
+                f"when {held + ticket.gpus - quota.max_gpus} are released"
+            )
         return ""
 
     def _place(self, count, allowed=()):
@@ -252,8 +270,13 @@ class GangPool:
         pool = cls(inventory, first_id=max([state.get("next_id", 1)] + [i + 1 for i in stored]), **kwargs)
         for data in tickets:
             data = {k: v for k, v in data.items() if k in known}  # fields of other versions are dropped
-            ticket = Ticket(**{**data, "devices": [tuple(d) for d in data.get("devices", [])],
-                               "allowed": [tuple(d) for d in data.get("allowed", [])]})
+            ticket = Ticket(
+                **{
+                    **data,
+                    "devices": [tuple(d) for d in data.get("devices", [])],
+                    "allowed": [tuple(d) for d in data.get("allowed", [])],
+                }
+            )
             pool.tickets[ticket.id] = ticket
             for host, gpu in ticket.devices:
                 if gpu in pool._free.get(host, []):

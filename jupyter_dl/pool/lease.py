@@ -4,6 +4,7 @@ Asks for the job's GPUs at once, waits in the queue (the job is `queued`, with i
 job store and the panel), keeps the lease alive with heartbeats while the job runs (a kernel that dies stops them,
 and the pool takes the GPUs back), and releases them when the job ends however it ends.
 """
+
 import sys
 import threading
 
@@ -11,8 +12,9 @@ from .access import PoolAccess
 
 
 class PoolLease:
-    def __init__(self, client: PoolAccess, gpus: int, job, owner: str, stderr=None, heartbeat_s=10.0, poll_s=1.0,
-                 allowed=()):
+    def __init__(
+        self, client: PoolAccess, gpus: int, job, owner: str, stderr=None, heartbeat_s=10.0, poll_s=1.0, allowed=()
+    ):
         self.client, self.gpus, self.job, self.owner, self.allowed = client, gpus, job, owner, list(allowed)
         self.stderr = stderr or sys.stderr
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
@@ -27,8 +29,9 @@ class PoolLease:
             if self.ticket["state"] != "granted":
                 self.job.transition("queued")
                 self._waiting(self.ticket)
-                self.ticket = self.client.wait_granted(self.ticket["id"], owner=self.owner, on_wait=self._waiting,
-                                                       poll=self.poll_s)
+                self.ticket = self.client.wait_granted(
+                    self.ticket["id"], owner=self.owner, on_wait=self._waiting, poll=self.poll_s
+                )
         except BaseException:
             self._release()
             raise
@@ -53,8 +56,12 @@ class PoolLease:
         self.job.changed()
         if where != self._shown:
             self._shown = where
-            print(f"[jupyter-dl] queued for {self.gpus} GPUs: position {where[0]} ({where[1]}); "
-                  f"interrupt the kernel to give up", file=self.stderr, flush=True)
+            print(
+                f"[jupyter-dl] queued for {self.gpus} GPUs: position {where[0]} ({where[1]}); "
+                f"interrupt the kernel to give up",
+                file=self.stderr,
+                flush=True,
+            )
 
     def _beat(self):
         while not self._stop.wait(self.heartbeat_s):

@@ -7,6 +7,7 @@ request takes an exclusive lock on it, rebuilds the gang pool from it, ends the 
 gang admission and queue as the hub service (`GangPool`), and the same calls as its client, so a job's lease
 holds GPUs from either. For several users on one host, run the `jupyter-dl-pool` service instead.
 """
+
 import contextlib
 import fcntl
 import getpass
@@ -48,17 +49,19 @@ _OPEN_HERE: dict = {}
 
 class LocalPool(Configurable, PoolAccess):
     state_file = Unicode(
-        "", help="File the embedded pool's state lives in, shared by this user's kernels on this host. Empty: "
-                 "jupyter-dl-pool-<host>.json in Jupyter's runtime directory (per host: the runtime directory may be "
-                 "shared between hosts through a shared home)."
+        "",
+        help="File the embedded pool's state lives in, shared by this user's kernels on this host. Empty: "
+        "jupyter-dl-pool-<host>.json in Jupyter's runtime directory (per host: the runtime directory may be "
+        "shared between hosts through a shared home).",
     ).tag(config=True)
     simulate_gpus = Integer(
-        0, help="Pretend this host has this many GPUs (demos and tests on machines without any): jobs are admitted "
-                "against them, while ranks still run on the CPU engines. 0: the GPUs nvidia-smi lists."
+        0,
+        help="Pretend this host has this many GPUs (demos and tests on machines without any): jobs are admitted "
+        "against them, while ranks still run on the CPU engines. 0: the GPUs nvidia-smi lists.",
     ).tag(config=True)
     reserve_after = Float(
-        3600.0, help="Seconds a job may wait while smaller jobs start ahead of it; after that, freed GPUs are kept "
-                     "for it."
+        3600.0,
+        help="Seconds a job may wait while smaller jobs start ahead of it; after that, freed GPUs are kept for it.",
     ).tag(config=True)
 
     def __init__(self, **kwargs):
@@ -114,8 +117,10 @@ class LocalPool(Configurable, PoolAccess):
         try:
             return json.loads(text)
         except ValueError:
-            raise PoolError(f"the GPU pool's state file {path} is not valid JSON; delete it when no notebook is "
-                            f"running a job (it is rebuilt empty)") from None
+            raise PoolError(
+                f"the GPU pool's state file {path} is not valid JSON; delete it when no notebook is "
+                f"running a job (it is rebuilt empty)"
+            ) from None
 
     @staticmethod
     def _json(pool, ticket):

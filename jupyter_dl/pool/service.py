@@ -7,6 +7,7 @@ are the admin's configuration, not the client's to choose. Errors are JSON `{cod
 
     jupyter-dl-pool --simulate-gpus gpu1:4,gpu2:4 --max-gpus 4 --max-jobs 2     (or discover this host's GPUs)
 """
+
 import json
 import os
 
@@ -77,9 +78,14 @@ class TicketsHandler(PoolHandler):
         allowed = body.get("allowed") or []
         if not all(isinstance(d, list) and len(d) == 2 and isinstance(d[1], int) for d in allowed):
             raise web.HTTPError(400, "allowed must be a list of [host, gpu index] pairs")
-        ticket = self.pool.submit(self.user, gpus, priority=self.priorities.get(self.user, 0),
-                                  job=str(body.get("job", "")), owner=str(body.get("owner", "")),
-                                  allowed=[(str(host), gpu) for host, gpu in allowed])
+        ticket = self.pool.submit(
+            self.user,
+            gpus,
+            priority=self.priorities.get(self.user, 0),
+            job=str(body.get("job", "")),
+            owner=str(body.get("owner", "")),
+            allowed=[(str(host), gpu) for host, gpu in allowed],
+        )
         self.reply(self.ticket_json(ticket), 201)
 
 
@@ -115,25 +121,34 @@ class PoolService(Application):
     name = "jupyter-dl-pool"
     description = "GPU pool with gang admission and quotas, as a JupyterHub service."
 
-    port = Integer(10101, help="Port to listen on (loopback), when JUPYTERHUB_SERVICE_URL does not say."
-                   ).tag(config=True)
+    port = Integer(10101, help="Port to listen on (loopback), when JUPYTERHUB_SERVICE_URL does not say.").tag(
+        config=True
+    )
     simulate_gpus = Unicode(
         "", help="Simulated inventory 'host:count,host:count' (for machines without GPUs); empty: this host's GPUs."
     ).tag(config=True)
     max_gpus = Integer(0, help="GPUs one user may hold at once (0: no limit).").tag(config=True)
     max_jobs = Integer(0, help="Jobs one user may run at once (0: no limit).").tag(config=True)
     quotas = Dict(help="Per-user quotas {user: {max_gpus, max_jobs}} overriding the defaults.").tag(config=True)
-    priorities = Dict(help="Per-user priority {user: int}; higher is served first. Users cannot set their own."
-                      ).tag(config=True)
-    admin_users = List(Unicode(), help="Users who see and control every ticket (hub admins always do)."
-                       ).tag(config=True)
+    priorities = Dict(help="Per-user priority {user: int}; higher is served first. Users cannot set their own.").tag(
+        config=True
+    )
+    admin_users = List(Unicode(), help="Users who see and control every ticket (hub admins always do).").tag(
+        config=True
+    )
     lease_ttl = Float(60.0, help="Seconds without a heartbeat after which a kernel's tickets end.").tag(config=True)
-    reserve_after = Float(3600.0, help="Seconds a blocked job waits before freed GPUs are kept for it."
-                          ).tag(config=True)
+    reserve_after = Float(3600.0, help="Seconds a blocked job waits before freed GPUs are kept for it.").tag(
+        config=True
+    )
 
-    aliases = {"port": "PoolService.port", "simulate-gpus": "PoolService.simulate_gpus",
-               "max-gpus": "PoolService.max_gpus", "max-jobs": "PoolService.max_jobs",
-               "lease-ttl": "PoolService.lease_ttl", "reserve-after": "PoolService.reserve_after"}
+    aliases = {
+        "port": "PoolService.port",
+        "simulate-gpus": "PoolService.simulate_gpus",
+        "max-gpus": "PoolService.max_gpus",
+        "max-jobs": "PoolService.max_jobs",
+        "lease-ttl": "PoolService.lease_ttl",
+        "reserve-after": "PoolService.reserve_after",
+    }
 
     def inventory(self):
         if self.simulate_gpus:
@@ -159,10 +174,16 @@ class PoolService(Application):
 
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         settings = {"pool": pool, "admins": set(self.admin_users), "priorities": dict(self.priorities)}
-        routes = [("api/tickets", TicketsHandler), (r"api/tickets/([^/]+)", TicketHandler),
-                  ("api/heartbeat", HeartbeatHandler), ("api/pool", SummaryHandler)]
-        handlers = [(url_path_join(prefix, path), type(cls.__name__, (HubAuthenticated, cls), {}), settings)
-                    for path, cls in routes]
+        routes = [
+            ("api/tickets", TicketsHandler),
+            (r"api/tickets/([^/]+)", TicketHandler),
+            ("api/heartbeat", HeartbeatHandler),
+            ("api/pool", SummaryHandler),
+        ]
+        handlers = [
+            (url_path_join(prefix, path), type(cls.__name__, (HubAuthenticated, cls), {}), settings)
+            for path, cls in routes
+        ]
         return web.Application(handlers)
 
     def start(self):
@@ -173,8 +194,9 @@ class PoolService(Application):
         url = os.environ.get("JUPYTERHUB_SERVICE_URL")
         port = urlparse(url).port if url else self.port
         app.listen(port, address="127.0.0.1")
-        self.log.info("jupyter-dl-pool: %d GPUs on %d hosts, listening on 127.0.0.1:%d", pool.size,
-                      len(pool.inventory), port)
+        self.log.info(
+            "jupyter-dl-pool: %d GPUs on %d hosts, listening on 127.0.0.1:%d", pool.size, len(pool.inventory), port
+        )
         ioloop.PeriodicCallback(pool.expire, 5000).start()
         ioloop.IOLoop.current().start()
 

@@ -4,6 +4,7 @@ Step times come, in order of trust, from the probe of this very model on the dev
 calibrated to the probe's measurements), from the estimator fitted on shipped profiles of other models, or, for a
 device kind nobody profiled, from its published peak throughput. The table says which one each row used.
 """
+
 import html
 import os
 from dataclasses import dataclass
@@ -36,27 +37,49 @@ class Recommendation:
     def as_text(self) -> str:
         rows = [("", "devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "")]
         for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
-            rows.append((label, f"{plan.ranks} x {plan.kind}", str(plan.batch_size),
-                         f"{plan.learning_rate:.3g}" if plan.learning_rate else "-", clock(plan.epoch_s),
-                         clock(plan.total_s), _energy(plan.energy_j), f"{plan.memory_bytes / 2**20:,.0f} MiB",
-                         plan.basis, plan.why_not))
+            rows.append(
+                (
+                    label,
+                    f"{plan.ranks} x {plan.kind}",
+                    str(plan.batch_size),
+                    f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
+                    clock(plan.epoch_s),
+                    clock(plan.total_s),
+                    _energy(plan.energy_j),
+                    f"{plan.memory_bytes / 2**20:,.0f} MiB",
+                    plan.basis,
+                    plan.why_not,
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
         return f"[jupyter-dl] recommendation: {self.headline}\n" + "\n".join(lines)
 
     def as_html(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in ("", "devices", "batch/rank", "LR", "epoch", "total", "energy",
-                                                   "memory", "basis", "why not"))
+        head = "".join(
+            f"<th>{h}</th>"
+            for h in ("", "devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "why not")
+        )
         body = []
         for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
-            cells = (label, f"{plan.ranks} × {plan.kind}", plan.batch_size,
-                     f"{plan.learning_rate:.3g}" if plan.learning_rate else "-", clock(plan.epoch_s),
-                     clock(plan.total_s), _energy(plan.energy_j), f"{plan.memory_bytes / 2**20:,.0f} MiB",
-                     plan.basis, plan.why_not)
+            cells = (
+                label,
+                f"{plan.ranks} × {plan.kind}",
+                plan.batch_size,
+                f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
+                clock(plan.epoch_s),
+                clock(plan.total_s),
+                _energy(plan.energy_j),
+                f"{plan.memory_bytes / 2**20:,.0f} MiB",
+                plan.basis,
+                plan.why_not,
+            )
             style = " style='font-weight:bold'" if label else ""
             body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-        return (f"<div class='jp-dl-recommendation'><b>{html.escape(self.headline)}</b>"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+        return (
+            f"<div class='jp-dl-recommendation'><b>{html.escape(self.headline)}</b>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        )
 
     def _repr_html_(self):
         return self.as_html()
@@ -71,8 +94,9 @@ def _energy(joules):
 
 class Advisor(Configurable):
     cpu_power_w = Float(15.0, help="Watts one CPU engine draws while it trains (energy of CPU ranks).").tag(config=True)
-    gpu_power_w = Float(300.0, help="Watts per GPU for GPU kinds missing from the shipped device table."
-                        ).tag(config=True)
+    gpu_power_w = Float(300.0, help="Watts per GPU for GPU kinds missing from the shipped device table.").tag(
+        config=True
+    )
     default_bandwidth_gb_s = Float(
         2.0, help="Allreduce bandwidth (GB/s) assumed between engines when it cannot be measured (one engine)."
     ).tag(config=True)

@@ -14,6 +14,7 @@ The coefficients are fitted by non-negative least squares on relative error (so 
 alike), one set per device kind. Scaling to several devices adds the ring allreduce of the gradients (2(k-1)/k of
 their bytes over the measured or tabled bandwidth, plus latency per hop), so scaling is predicted, not assumed.
 """
+
 import json
 import math
 import pathlib
@@ -32,10 +33,14 @@ def terms(features: dict, batch: int) -> np.ndarray:
     layers = features.get("layers_by_group") or {"other": features["layers"]}
     traffic = features.get("traffic_by_group") or {"other": 2 * features["activations_per_sample"]}
     loop_launches = features.get("loop_launches", OPS_PER_STEP_GUESS * features.get("sequential_steps", 0))
-    return np.array([1.0] + [layers.get(g, 0) for g in GROUPS] + [loop_launches]
-                    + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
-                    + [traffic.get(g, 0) * batch for g in GROUPS]
-                    + [features.get("loop_elements", 0) * batch, features["trainable_params"]])
+    return np.array(
+        [1.0]
+        + [layers.get(g, 0) for g in GROUPS]
+        + [loop_launches]
+        + [3.0 * flops.get(g, 0.0) * batch for g in GROUPS]
+        + [traffic.get(g, 0) * batch for g in GROUPS]
+        + [features.get("loop_elements", 0) * batch, features["trainable_params"]]
+    )
 
 
 class StepTimeEstimator:

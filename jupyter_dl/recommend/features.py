@@ -3,6 +3,7 @@ sample, layer counts by kind, input size, and per group of layers the FLOPs, lay
 for recurrent layers also the operations their loops launch and the elements those write. FLOPs count multiply-adds
 as two; layers we do not model count as one operation per output element (cheap elementwise work), which is right
 for activations, pooling, normalisation."""
+
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -11,17 +12,17 @@ from dataclasses import asdict, dataclass, field
 class ModelFeatures:
     params: int
     trainable_params: int
-    flops_per_sample: float         # forward pass
-    activations_per_sample: float   # output elements of every layer, and what they keep for the backward pass
-    input_size: int                 # elements per sample
+    flops_per_sample: float  # forward pass
+    activations_per_sample: float  # output elements of every layer, and what they keep for the backward pass
+    input_size: int  # elements per sample
     layers: int
     kinds: dict = field(default_factory=dict)  # layer class name -> count
     flops_by_group: dict = field(default_factory=dict)  # dense | conv | rnn | attention | other -> forward FLOPs
-    sequential_steps: int = 0       # time steps recurrent layers run one after another (each costs a launch)
-    layers_by_group: dict = field(default_factory=dict)   # group -> layers that compute (no input layers, reshapes)
+    sequential_steps: int = 0  # time steps recurrent layers run one after another (each costs a launch)
+    layers_by_group: dict = field(default_factory=dict)  # group -> layers that compute (no input layers, reshapes)
     traffic_by_group: dict = field(default_factory=dict)  # group -> elements read and written per sample (forward)
-    loop_launches: int = 0          # operations recurrent loops run in a forward pass (loop body x time steps)
-    loop_elements: int = 0          # elements per sample those operations write
+    loop_launches: int = 0  # operations recurrent loops run in a forward pass (loop body x time steps)
+    loop_elements: int = 0  # elements per sample those operations write
 
     def as_dict(self):
         return asdict(self)
@@ -143,12 +144,21 @@ def model_features(model) -> ModelFeatures:
         loop_launches, loop_elements = per_step[0] * longest, per_step[1] * longest
     else:
         loop_launches, loop_elements = OPS_PER_STEP_GUESS * steps, hidden
-    return ModelFeatures(params=int(model.count_params()),
-                         trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
-                         flops_per_sample=flops, activations_per_sample=activations, input_size=int(input_size),
-                         layers=len(layers), kinds=kinds, flops_by_group=groups, sequential_steps=int(steps),
-                         layers_by_group=counts, traffic_by_group=traffic, loop_launches=int(loop_launches),
-                         loop_elements=int(loop_elements))
+    return ModelFeatures(
+        params=int(model.count_params()),
+        trainable_params=int(sum(math.prod(w.shape) for w in model.trainable_weights)),
+        flops_per_sample=flops,
+        activations_per_sample=activations,
+        input_size=int(input_size),
+        layers=len(layers),
+        kinds=kinds,
+        flops_by_group=groups,
+        sequential_steps=int(steps),
+        layers_by_group=counts,
+        traffic_by_group=traffic,
+        loop_launches=int(loop_launches),
+        loop_elements=int(loop_elements),
+    )
 
 
 def optimizer_facts(model):
@@ -186,8 +196,11 @@ def _loop_work(model):
         import tensorflow as tf
 
         specs = [tf.TensorSpec(t.shape, t.dtype) for t in model.inputs]
-        graph = tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True)
-                            ).get_concrete_function(*specs).graph.as_graph_def(add_shapes=True)
+        graph = (
+            tf.function(lambda *x: model(x[0] if len(x) == 1 else list(x), training=True))
+            .get_concrete_function(*specs)
+            .graph.as_graph_def(add_shapes=True)
+        )
     except Exception:  # any model the tracer cannot take falls back to counts by layer
         return None
     bodies = {f.signature.name: f.node_def for f in graph.library.function}

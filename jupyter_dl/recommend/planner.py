@@ -1,6 +1,7 @@
 """Choose devices, ranks, per-rank batch size and learning rate for a training job: the lowest-energy plan that
 meets the deadline, or, when none does, the fastest (and say so). Pure: inputs are numbers, so the choice can be
 tested on constructed device tables where the right answer is known."""
+
 import json
 import math
 import pathlib
@@ -10,18 +11,18 @@ from .estimator import allreduce_time, memory_bytes
 
 DEVICE_TABLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "devices.json"
 BATCH_MULTIPLIERS = (1, 2, 4)  # per-rank batch relative to the cell's; larger global batches get a scaled LR
-SPEC_EFFICIENCY = 0.35         # share of peak FP32 a Keras step reaches, for device kinds known only by their spec
-LAYER_OVERHEAD_S = 30e-6       # per layer and step, for device kinds known only by their spec
+SPEC_EFFICIENCY = 0.35  # share of peak FP32 a Keras step reaches, for device kinds known only by their spec
+LAYER_OVERHEAD_S = 30e-6  # per layer and step, for device kinds known only by their spec
 
 
 @dataclass
 class DeviceKind:
-    kind: str                      # "cpu" or "gpu:<name>"
-    free: int                      # how many are free now
-    power_w: float                 # per device, while training
-    memory_bytes: float            # per device
-    bandwidth_bytes_s: float       # allreduce bandwidth between these devices
-    latency_s: float = 50e-6       # per allreduce hop
+    kind: str  # "cpu" or "gpu:<name>"
+    free: int  # how many are free now
+    power_w: float  # per device, while training
+    memory_bytes: float  # per device
+    bandwidth_bytes_s: float  # allreduce bandwidth between these devices
+    latency_s: float = 50e-6  # per allreduce hop
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Workload:
     features: dict
     samples: int
     epochs: int
-    batch_size: int                # per rank, as written in the cell
+    batch_size: int  # per rank, as written in the cell
     learning_rate: float | None = None
     optimizer_slots: int = 2
 
@@ -38,7 +39,7 @@ class Workload:
 class Plan:
     kind: str
     ranks: int
-    batch_size: int                # per rank
+    batch_size: int  # per rank
     learning_rate: float | None
     step_s: float
     epoch_s: float
@@ -47,7 +48,7 @@ class Plan:
     memory_bytes: int
     fits: bool
     meets_deadline: bool
-    basis: str                     # "measured", "profiles" or "spec": where the step time came from
+    basis: str  # "measured", "profiles" or "spec": where the step time came from
     why_not: str = ""
     notes: list = field(default_factory=list)
 
@@ -65,8 +66,10 @@ def spec_step_time(features, batch, kind):
     spec = spec_devices().get(kind)
     if spec is None:
         raise KeyError(f"no profile and no specification for device {kind!r}")
-    return 3.0 * features["flops_per_sample"] * batch / (spec["fp32_tflops"] * 1e12 * SPEC_EFFICIENCY) + \
-        features["layers"] * LAYER_OVERHEAD_S
+    return (
+        3.0 * features["flops_per_sample"] * batch / (spec["fp32_tflops"] * 1e12 * SPEC_EFFICIENCY)
+        + features["layers"] * LAYER_OVERHEAD_S
+    )
 
 
 def candidates(workload, devices, step_time):
@@ -78,14 +81,29 @@ def candidates(workload, devices, step_time):
                 batch = workload.batch_size * multiplier
                 steps = math.ceil(workload.samples / (batch * ranks))
                 compute, basis = step_time(device.kind, batch)
-                step = compute + allreduce_time(workload.features["trainable_params"], ranks,
-                                                device.bandwidth_bytes_s, device.latency_s)
+                step = compute + allreduce_time(
+                    workload.features["trainable_params"], ranks, device.bandwidth_bytes_s, device.latency_s
+                )
                 epoch = steps * step
                 total = epoch * workload.epochs
                 memory = memory_bytes(workload.features, batch, workload.optimizer_slots)
                 lr = (workload.learning_rate * multiplier * ranks) if workload.learning_rate else None
-                plans.append(Plan(device.kind, ranks, batch, lr, step, epoch, total, ranks * device.power_w * total,
-                                  memory, memory <= device.memory_bytes, True, basis))
+                plans.append(
+                    Plan(
+                        device.kind,
+                        ranks,
+                        batch,
+                        lr,
+                        step,
+                        epoch,
+                        total,
+                        ranks * device.power_w * total,
+                        memory,
+                        memory <= device.memory_bytes,
+                        True,
+                        basis,
+                    )
+                )
     return plans
 
 
@@ -94,8 +112,10 @@ def choose(plans, deadline_s=None, alternatives=3):
     fitting = [p for p in plans if p.fits]
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory_bytes)
-        raise ValueError(f"no device has room for this model even at batch {smallest.batch_size} "
-                         f"({smallest.memory_bytes / 2**30:.1f} GiB needed); use a smaller model or batch")
+        raise ValueError(
+            f"no device has room for this model even at batch {smallest.batch_size} "
+            f"({smallest.memory_bytes / 2**30:.1f} GiB needed); use a smaller model or batch"
+        )
     for p in fitting:
         p.meets_deadline = deadline_s is None or p.total_s <= deadline_s
     meeting = [p for p in fitting if p.meets_deadline]
@@ -103,18 +123,28 @@ def choose(plans, deadline_s=None, alternatives=3):
         # Energies within 1% are the same in practice (and in floating point): the faster of those wins.
         lowest = min(p.energy_j for p in meeting)
         chosen = min((p for p in meeting if p.energy_j <= lowest * 1.01), key=lambda p: (p.total_s, p.energy_j))
-        headline = ("lowest energy" + (f" within the deadline of {clock(deadline_s)}" if deadline_s else "")
-                    + f": {chosen.ranks} x {chosen.kind}")
+        headline = (
+            "lowest energy"
+            + (f" within the deadline of {clock(deadline_s)}" if deadline_s else "")
+            + f": {chosen.ranks} x {chosen.kind}"
+        )
     else:
         chosen = min(fitting, key=lambda p: (p.total_s, p.energy_j))
-        headline = (f"no plan meets the deadline of {clock(deadline_s)}; the fastest takes {clock(chosen.total_s)}: "
-                    f"{chosen.ranks} x {chosen.kind}")
+        headline = (
+            f"no plan meets the deadline of {clock(deadline_s)}; the fastest takes {clock(chosen.total_s)}: "
+            f"{chosen.ranks} x {chosen.kind}"
+        )
     others = []
-    for pick in (min(fitting, key=lambda p: p.total_s),                   # the fastest
-                 min((p for p in fitting if p.ranks == max(q.ranks for q in fitting)), key=lambda p: p.total_s),
-                 min((p for p in fitting if p.batch_size == chosen.batch_size and p.ranks == 1),
-                     key=lambda p: p.energy_j, default=None),
-                 min((p for p in meeting if p is not chosen), key=lambda p: p.energy_j, default=None)):
+    for pick in (
+        min(fitting, key=lambda p: p.total_s),  # the fastest
+        min((p for p in fitting if p.ranks == max(q.ranks for q in fitting)), key=lambda p: p.total_s),
+        min(
+            (p for p in fitting if p.batch_size == chosen.batch_size and p.ranks == 1),
+            key=lambda p: p.energy_j,
+            default=None,
+        ),
+        min((p for p in meeting if p is not chosen), key=lambda p: p.energy_j, default=None),
+    ):
         if pick is not None and pick is not chosen and pick not in others:
             pick.why_not = _why_not(pick, chosen, deadline_s)
             others.append(pick)

@@ -6,6 +6,7 @@ keeps the same number of steps per epoch (each takes its columns of every global
 contributes is weighted by its share (b_r / batch_size before the average), so the update is the mean gradient over
 the global batch, exactly as with an even split.
 """
+
 import time
 
 import numpy as np

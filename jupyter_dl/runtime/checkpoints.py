@@ -6,6 +6,7 @@ renames it into place, so a crash mid-write never leaves a torn checkpoint. When
 `fit-<k>.complete.npz`: a new run of the cell starts afresh, while a restart of the same job (after a failure later
 in the cell) restores the finished fit instead of training it again.
 """
+
 import json
 import os
 
@@ -55,8 +56,13 @@ class FitCheckpoint:
         optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
         arrays = {f"m{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
         arrays.update({f"o{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer_variables)})
-        meta = {"format": FORMAT, "epoch": epoch, "history": history, "model_variables": len(model.variables),
-                "optimizer_variables": len(optimizer_variables)}
+        meta = {
+            "format": FORMAT,
+            "epoch": epoch,
+            "history": history,
+            "model_variables": len(model.variables),
+            "optimizer_variables": len(optimizer_variables),
+        }
         arrays["__meta__"] = np.array(json.dumps(meta))
         temporary = f"{self.path}.tmp-{os.getpid()}"
         with open(temporary, "wb") as f:
@@ -73,12 +79,16 @@ class FitCheckpoint:
 def _assign(variables, values, path, what):
     variables = list(variables)
     if len(variables) != len(values):
-        raise CheckpointMismatch(f"the checkpoint {path} holds {len(values)} {what} variables, this model has "
-                                 f"{len(variables)}; delete it or pass another --checkpoint-dir")
+        raise CheckpointMismatch(
+            f"the checkpoint {path} holds {len(values)} {what} variables, this model has "
+            f"{len(variables)}; delete it or pass another --checkpoint-dir"
+        )
     for i, (variable, value) in enumerate(zip(variables, values)):
         if tuple(variable.shape) != tuple(value.shape):
-            raise CheckpointMismatch(f"the checkpoint {path} does not fit this model ({what} variable {i} "
-                                     f"'{variable.path}' is {tuple(variable.shape)}, saved {tuple(value.shape)}); "
-                                     f"delete it or pass another --checkpoint-dir")
+            raise CheckpointMismatch(
+                f"the checkpoint {path} does not fit this model ({what} variable {i} "
+                f"'{variable.path}' is {tuple(variable.shape)}, saved {tuple(value.shape)}); "
+                f"delete it or pass another --checkpoint-dir"
+            )
     for variable, value in zip(variables, values):
         variable.assign(value)

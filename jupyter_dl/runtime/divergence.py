@@ -5,6 +5,7 @@ Data-parallel training keeps every rank's trainable weights identical; ranks tha
 (sum, sum of magnitudes and sum of squares, in float64) is cheap to compute and to gather,
 and catches the cases nobody thought of.
 """
+
 import numpy as np
 
 from ..backends import horovod as backend
@@ -77,14 +78,18 @@ def check(groups: dict, updated_ids: set) -> list:
 
 def warning(apart: list) -> str:
     """The one warning the notebook shows for ranks that trained apart."""
-    parts = "; ".join(f"{a['label']} differs on rank {a['rank']} (by {a['difference']:.1e} relative to rank 0)"
-                      for a in apart)
+    parts = "; ".join(
+        f"{a['label']} differs on rank {a['rank']} (by {a['difference']:.1e} relative to rank 0)" for a in apart
+    )
     if all(a["trained"] for a in apart):
-        cause = ("something changed weights on some ranks only: code that depends on the rank, or an update "
-                 "outside optimizer.apply/apply_gradients")
+        cause = (
+            "something changed weights on some ranks only: code that depends on the rank, or an update "
+            "outside optimizer.apply/apply_gradients"
+        )
     else:
-        cause = ("weights were updated outside a Keras optimizer (e.g. variable.assign_sub in a custom loop), which "
-                 "zero-code mode cannot average, or a model was built on each rank without a fixed seed and never "
-                 "trained; update through optimizer.apply_gradients, or use --manual with Horovod's own API")
-    return (f"the ranks trained apart: {parts}. The value that came back is rank 0's alone. Most likely cause: "
-            f"{cause}.")
+        cause = (
+            "weights were updated outside a Keras optimizer (e.g. variable.assign_sub in a custom loop), which "
+            "zero-code mode cannot average, or a model was built on each rank without a fixed seed and never "
+            "trained; update through optimizer.apply_gradients, or use --manual with Horovod's own API"
+        )
+    return f"the ranks trained apart: {parts}. The value that came back is rank 0's alone. Most likely cause: {cause}."

@@ -12,6 +12,7 @@ While a cell runs:
 Everything is restored when the cell ends, including learning rates and the dtype policy, so the model that comes
 back to the notebook is an ordinary Keras model.
 """
+
 import contextlib
 import itertools
 import math
@@ -31,21 +32,31 @@ def lr_scale_factor(mode: str, size: int) -> float:
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
-    def __init__(self, rank: int, size: int, lr_scale: str = "linear", stream_metrics: bool = True,
-                 checkpoint_dir: str | None = None, attempt: int = 0, balance: bool = False, probe: bool = False,
-                 batch_size: int | None = None, lr_multiplier: float = 1.0):
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        lr_scale: str = "linear",
+        stream_metrics: bool = True,
+        checkpoint_dir: str | None = None,
+        attempt: int = 0,
+        balance: bool = False,
+        probe: bool = False,
+        batch_size: int | None = None,
+        lr_multiplier: float = 1.0,
+    ):
         self.rank = rank
         self.size = size
         self.lr_scale = lr_scale
         self.stream_metrics = stream_metrics
         self.checkpoint_dir = checkpoint_dir
-        self.attempt = attempt          # 0 for a job's first run, then one more per restart
-        self.balance = balance          # measure rank speeds at fit start and split the global batch by them
-        self.probe = probe              # profile the cell's fit instead of running it (--recommend)
-        self.batch_size = batch_size    # the recommended per-rank batch, replacing the cell's
+        self.attempt = attempt  # 0 for a job's first run, then one more per restart
+        self.balance = balance  # measure rank speeds at fit start and split the global batch by them
+        self.probe = probe  # profile the cell's fit instead of running it (--recommend)
+        self.batch_size = batch_size  # the recommended per-rank batch, replacing the cell's
         self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier, rank)
-        self._fits = 0                  # fit calls so far in this cell: each has its own checkpoint
-        self._traced_here: set = set()       # ids of train functions traced under these hooks (with the averaging)
+        self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
+        self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
 
     def __enter__(self):
@@ -78,14 +89,18 @@ class KerasHooks:
                 result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
                 backend.broadcast_object(None, name=f"jdl.saved.{k}")
                 return result
+
             return save
 
         self.updates.__enter__()
         # compile on Trainer, where Keras looks for it: a Model class whose compile differs counts as customised,
         # and keras.models.load_model then leaves the model uncompiled.
-        self._patches = [(Trainer, "compile", compile), (keras.Model, "fit", fit),
-                         (keras.Model, "save", on_rank0_only(keras.Model.save)),
-                         (keras.Model, "save_weights", on_rank0_only(keras.Model.save_weights))]
+        self._patches = [
+            (Trainer, "compile", compile),
+            (keras.Model, "fit", fit),
+            (keras.Model, "save", on_rank0_only(keras.Model.save)),
+            (keras.Model, "save_weights", on_rank0_only(keras.Model.save_weights)),
+        ]
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:
             setattr(owner, name, patched)
@@ -124,19 +139,36 @@ class KerasHooks:
         callbacks = list(kwargs.get("callbacks") or [])
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
-        extra = [_make_sync_callback(self._keras, model, self.rank, checkpoint, resume,
-                                     float(self.updates.gradient_weight.numpy()), self.updates.mark_synced)]
+        extra = [
+            _make_sync_callback(
+                self._keras,
+                model,
+                self.rank,
+                checkpoint,
+                resume,
+                float(self.updates.gradient_weight.numpy()),
+                self.updates.mark_synced,
+            )
+        ]
         if checkpoint is not None:
             extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
             from .live import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
-            extra.append(LiveMetrics(self.rank, samples, batch_size, initial_epoch=kwargs.get("initial_epoch") or 0,
-                                     allreduce_seconds=lambda: float(self.updates.allreduce_seconds.numpy())))
+            extra.append(
+                LiveMetrics(
+                    self.rank,
+                    samples,
+                    batch_size,
+                    initial_epoch=kwargs.get("initial_epoch") or 0,
+                    allreduce_seconds=lambda: float(self.updates.allreduce_seconds.numpy()),
+                )
+            )
         if self.rank != 0:
-            callbacks = [cb for cb in callbacks
-                         if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]
+            callbacks = [
+                cb for cb in callbacks if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)
+            ]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
@@ -176,8 +208,10 @@ class KerasHooks:
             return None
         if kwargs.get("validation_split"):
             if self.rank == 0:
-                print("[jupyter-dl] --balance: kept the even split (validation_split would cut ranks' shares into "
-                      "different numbers of steps; pass validation_data instead)")
+                print(
+                    "[jupyter-dl] --balance: kept the even split (validation_split would cut ranks' shares into "
+                    "different numbers of steps; pass validation_data instead)"
+                )
             return None
         probe_x, probe_y, _ = shard_arrays((x, y, None), self.rank, self.size)
         speeds = backend.allgather_object(balance.measure(model, probe_x, probe_y, batch), name="jdl.balance")
@@ -194,8 +228,10 @@ class KerasHooks:
         self.updates.gradient_weight.assign(batches[self.rank] / batch)
         if self.rank == 0:
             rates = ", ".join(f"{s:,.0f}" for s in speeds)
-            print(f"[jupyter-dl] --balance: per-rank batch sizes {batches} (global {batch * self.size}) for measured "
-                  f"speeds of {rates} samples/s")
+            print(
+                f"[jupyter-dl] --balance: per-rank batch sizes {batches} (global {batch * self.size}) for measured "
+                f"speeds of {rates} samples/s"
+            )
         return x, y, kwargs
 
     def _checkpoint_for_this_fit(self):
@@ -336,8 +372,9 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
                 # Training metrics are weighted by each rank's share of the global batch (--balance): the mean over
                 # all samples, as with one rank. Validation shards are always even.
                 weights = [1.0 if k.startswith("val_") else weight for k in keys]
-                averaged = backend.average_scalars([float(logs[k]) * w for k, w in zip(keys, weights)],
-                                                   name=f"jdl.epoch.{epoch}")
+                averaged = backend.average_scalars(
+                    [float(logs[k]) * w for k, w in zip(keys, weights)], name=f"jdl.epoch.{epoch}"
+                )
                 logs.update(zip(keys, averaged))
 
     return RankSync()

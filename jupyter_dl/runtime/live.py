@@ -8,6 +8,7 @@ no flush is lost however slowly the kernel polls.
 Rank 0 sends per-batch and per-epoch metrics; every rank sends its throughput. `--manual` users add
 `LiveMetrics()` to their own `fit(callbacks=...)`.
 """
+
 import time
 
 from . import stall_watch
@@ -32,8 +33,16 @@ def _make_callback_class():
     import keras
 
     class LiveMetrics(keras.callbacks.Callback):
-        def __init__(self, rank=None, samples_per_epoch=None, batch_size=None, flush_interval=FLUSH_INTERVAL,
-                     publish=None, initial_epoch=0, allreduce_seconds=None):
+        def __init__(
+            self,
+            rank=None,
+            samples_per_epoch=None,
+            batch_size=None,
+            flush_interval=FLUSH_INTERVAL,
+            publish=None,
+            initial_epoch=0,
+            allreduce_seconds=None,
+        ):
             super().__init__()
             if rank is None:
                 from ..backends import horovod as backend
@@ -86,10 +95,19 @@ def _make_callback_class():
                 self._allreduce_at_begin = self._allreduce_seconds()
             params = self.params or {}
             self._epoch_steps = params.get("steps")
-            self._emit({"kind": "begin", "rank": self.rank, "t": time.time(), "epochs": params.get("epochs"),
-                        "steps": self._epoch_steps, "batch_size": self.batch_size,
-                        "samples_per_epoch": self.samples_per_epoch, "initial_epoch": self.initial_epoch},
-                       force=True)
+            self._emit(
+                {
+                    "kind": "begin",
+                    "rank": self.rank,
+                    "t": time.time(),
+                    "epochs": params.get("epochs"),
+                    "steps": self._epoch_steps,
+                    "batch_size": self.batch_size,
+                    "samples_per_epoch": self.samples_per_epoch,
+                    "initial_epoch": self.initial_epoch,
+                },
+                force=True,
+            )
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch
@@ -102,19 +120,40 @@ def _make_callback_class():
             if self.samples_per_epoch and self.batch_size:
                 self._epoch_samples = min((batch + 1) * self.batch_size, self.samples_per_epoch)
             if self.rank == 0:
-                self._emit({"kind": "batch", "t": time.time(), "epoch": self._epoch, "step": batch + 1,
-                            "steps": self._epoch_steps, "logs": dict(logs or {})})  # floats at flush time
+                self._emit(
+                    {
+                        "kind": "batch",
+                        "t": time.time(),
+                        "epoch": self._epoch,
+                        "step": batch + 1,
+                        "steps": self._epoch_steps,
+                        "logs": dict(logs or {}),
+                    }
+                )  # floats at flush time
 
         def on_epoch_end(self, epoch, logs=None):
             self._samples += self._epoch_samples
             self._train_seconds += time.perf_counter() - self._epoch_start
-            throughput = {"kind": "throughput", "rank": self.rank, "t": time.time(), "epoch": epoch,
-                          "samples": self._samples, "steps": self._steps, "seconds": self._train_seconds}
+            throughput = {
+                "kind": "throughput",
+                "rank": self.rank,
+                "t": time.time(),
+                "epoch": epoch,
+                "samples": self._samples,
+                "steps": self._steps,
+                "seconds": self._train_seconds,
+            }
             if self._allreduce_seconds is not None:
                 throughput["allreduce_s"] = self._allreduce_seconds() - self._allreduce_at_begin
             if self.rank == 0:
-                self._buffer.append({"kind": "epoch", "t": time.time(), "epoch": epoch,
-                                     "logs": {k: float(v) for k, v in (logs or {}).items()}})
+                self._buffer.append(
+                    {
+                        "kind": "epoch",
+                        "t": time.time(),
+                        "epoch": epoch,
+                        "logs": {k: float(v) for k, v in (logs or {}).items()},
+                    }
+                )
             self._emit(throughput, force=True)
 
         def on_train_end(self, logs=None):

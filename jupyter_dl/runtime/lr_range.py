@@ -6,6 +6,7 @@ and the optimizer's variables and the learning rate are restored afterwards, wha
 trains on its own shard with averaged gradients and the stop decision is taken on the rank-averaged loss, so every
 rank runs the same number of steps (one stopping early would leave the others waiting in an allreduce).
 """
+
 import math
 
 import numpy as np
@@ -20,8 +21,7 @@ def suggest(lrs, smoothed):
     return float(lrs[int(np.argmin(smoothed))]) / 10.0
 
 
-def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, beta=0.98, diverge=4.0,
-               seed=0):
+def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, beta=0.98, diverge=4.0, seed=0):
     """Sweep the learning rate on `model` (compiled) over batches of (x, y). Returns lrs, losses, smoothed loss and
     the suggestion. Distributed when Horovod is initialised with more than one rank."""
     from ..backends import horovod as backend
@@ -31,8 +31,9 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
     if optimizer is None:
         raise ValueError("the model is not compiled; compile it with its optimizer and loss first")
     if _is_schedule(optimizer):
-        raise ValueError("the optimizer uses a learning-rate schedule; compile it with a constant learning rate "
-                         "for the range test")
+        raise ValueError(
+            "the optimizer uses a learning-rate schedule; compile it with a constant learning rate for the range test"
+        )
     if size > 1:
         from .sharding import shard_fit_inputs
 
@@ -54,7 +55,7 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
     average, best = 0.0, math.inf
     try:
         for i in range(steps):
-            lr = start_lr * factor ** i
+            lr = start_lr * factor**i
             optimizer.learning_rate.assign(lr)
             picked = order[np.arange(i * batch_size, (i + 1) * batch_size) % n]
             result = model.train_on_batch(x[picked], y[picked])
@@ -77,8 +78,14 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
         for variable, value in zip(optimizer.variables, saved_optimizer):
             variable.assign(value)
         optimizer.learning_rate.assign(saved_lr)
-    return {"lrs": lrs, "losses": losses, "smoothed": smoothed, "suggestion": suggest(lrs, smoothed),
-            "ranks": size, "batch_size": batch_size}
+    return {
+        "lrs": lrs,
+        "losses": losses,
+        "smoothed": smoothed,
+        "suggestion": suggest(lrs, smoothed),
+        "ranks": size,
+        "batch_size": batch_size,
+    }
 
 
 def _rank_and_size(backend):

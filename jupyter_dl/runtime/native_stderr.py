@@ -7,6 +7,7 @@ sys.stderr, each tagged with NATIVE_TAG, so they reach the per-rank logs (tag re
 relay keeps them out of the cell unless `--output all` asks for every rank's output (`drop_native`, `untag`).
 Kernel side imports only the helpers below: nothing here imports TensorFlow or Horovod.
 """
+
 import os
 import re
 import threading
@@ -49,8 +50,7 @@ class NativeStderr:
             return self
         os.dup2(write_fd, 2)
         os.close(write_fd)
-        self._thread = threading.Thread(target=self._forward, args=(read_fd,), name="jdl-native-stderr",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._forward, args=(read_fd,), name="jdl-native-stderr", daemon=True)
         self._thread.start()
         return self
 
@@ -77,8 +77,11 @@ class NativeStderr:
                 self._write([pending])
 
     def _write(self, raw_lines):
-        text = "".join(NATIVE_TAG + line + "\n" for line in (raw.decode("utf-8", "replace") for raw in raw_lines)
-                       if not _INFO_LINE.match(line) and line.strip() != _NOISE and line.strip())
+        text = "".join(
+            NATIVE_TAG + line + "\n"
+            for line in (raw.decode("utf-8", "replace") for raw in raw_lines)
+            if not _INFO_LINE.match(line) and line.strip() != _NOISE and line.strip()
+        )
         if text:
             try:
                 self.sink.write(text)

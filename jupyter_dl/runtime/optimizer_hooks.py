@@ -13,6 +13,7 @@ where we hook, on the classes, for the duration of one cell:
   rank its own shard, so the global batch grows with the ranks. A custom loop's batches are the same on every rank,
   so its averaged gradient is the one-process gradient and its learning rate stays as written.
 """
+
 import threading
 
 from ..backends import horovod as backend
@@ -24,17 +25,17 @@ class DistributedUpdates:
     def __init__(self, lr_factor: float, rank: int = 0):
         self.lr_factor = lr_factor
         self.rank = rank
-        self.in_fit = False             # set by the fit hook while Keras' fit runs
-        self.gradient_weight = None     # this rank's share of the global batch x ranks (1.0 for an even split)
-        self.allreduce_seconds = None   # seconds this rank spent in gradient allreduces during the cell
-        self._patched: list = []              # (class, original apply)
-        self._adopted: dict = {}              # id(optimizer) -> optimizer, for as long as the cell runs
-        self._collective_names: dict = {}     # id(optimizer) -> name of its gradient allreduce, the same on every rank
-        self._restore_lr: list = []           # callables putting learning rates back
-        self._scaled: set = set()            # ids of optimizers whose learning rate is scaled
-        self._noted: set = set()             # ids of optimizers the custom-loop note was printed for
-        self._synced: set = set()            # ids of variables already holding rank 0's value
-        self._updated: dict = {}              # id(variable) -> variable, updated through a hooked optimizer
+        self.in_fit = False  # set by the fit hook while Keras' fit runs
+        self.gradient_weight = None  # this rank's share of the global batch x ranks (1.0 for an even split)
+        self.allreduce_seconds = None  # seconds this rank spent in gradient allreduces during the cell
+        self._patched: list = []  # (class, original apply)
+        self._adopted: dict = {}  # id(optimizer) -> optimizer, for as long as the cell runs
+        self._collective_names: dict = {}  # id(optimizer) -> name of its gradient allreduce, the same on every rank
+        self._restore_lr: list = []  # callables putting learning rates back
+        self._scaled: set = set()  # ids of optimizers whose learning rate is scaled
+        self._noted: set = set()  # ids of optimizers the custom-loop note was printed for
+        self._synced: set = set()  # ids of variables already holding rank 0's value
+        self._updated: dict = {}  # id(variable) -> variable, updated through a hooked optimizer
         self._local = threading.local()
 
     def __enter__(self):
@@ -73,13 +74,19 @@ class DistributedUpdates:
             updates._local.inside = True
             try:
                 grads = list(grads)
-                variables = (list(trainable_variables) if trainable_variables is not None
-                             else list(getattr(optimizer, "_trainable_variables", None) or []))
+                variables = (
+                    list(trainable_variables)
+                    if trainable_variables is not None
+                    else list(getattr(optimizer, "_trainable_variables", None) or [])
+                )
                 updates.sync_from_root(variables)
                 updates._updated.update((id(v), v) for v in variables)
-                grads = backend.average_gradients(grads, updates.gradient_weight,
-                                                  name=updates._collective_names[id(optimizer)],
-                                                  timer=updates.allreduce_seconds)
+                grads = backend.average_gradients(
+                    grads,
+                    updates.gradient_weight,
+                    name=updates._collective_names[id(optimizer)],
+                    timer=updates.allreduce_seconds,
+                )
                 return original(optimizer, grads, trainable_variables)
             finally:
                 updates._local.inside = False
@@ -118,9 +125,12 @@ class DistributedUpdates:
     def _note_custom_loop(self, optimizer):
         if self.rank == 0 and id(optimizer) not in self._noted:
             self._noted.add(id(optimizer))
-            print(f"[jupyter-dl] {type(optimizer).__name__} updates outside fit (a custom loop): every rank reads the "
-                  f"same batches, so this trains exactly as one process would, without a speed-up; fit shards the "
-                  f"data for you, or give each rank its part under --manual", flush=True)
+            print(
+                f"[jupyter-dl] {type(optimizer).__name__} updates outside fit (a custom loop): every rank reads the "
+                f"same batches, so this trains exactly as one process would, without a speed-up; fit shards the "
+                f"data for you, or give each rank its part under --manual",
+                flush=True,
+            )
 
     def unscale_all(self):
         """Put every scaled learning rate back (a rate a callback changed keeps its change, in single-rank units)."""
@@ -159,6 +169,7 @@ class DistributedUpdates:
                 # A callback that changed the rate (ReduceLROnPlateau) keeps its change, in single-rank units.
                 current = float(original.numpy())
                 original.assign(value if current == stored else current / factor)
+
             self._restore_lr.append(restore)
         elif callable(original):
             optimizer._learning_rate = lambda: original() * factor

@@ -1,5 +1,6 @@
 """Engine side: a short profile of one model on this engine's device: step time and peak memory at a few batch
 sizes. Runs on the engine's own copy of the model (the notebook's is never trained) and takes a few seconds."""
+
 import os
 import time
 
@@ -60,8 +61,9 @@ def profile(model, x, y, batch_sizes=(16, 64, 256), steps=10):
             start = time.perf_counter()
             model.train_on_batch(xb, yb)
             times.append(time.perf_counter() - start)
-        rows.append({"batch_size": int(batch), "step_s": float(np.median(times)),
-                     "peak_bytes": _peak_since(gpu, baseline)})
+        rows.append(
+            {"batch_size": int(batch), "step_s": float(np.median(times)), "peak_bytes": _peak_since(gpu, baseline)}
+        )
     return {"device": kind, "rows": rows}
 
 
@@ -87,6 +89,14 @@ def probe_fit(model, x, y, kwargs, multipliers=(1, 2, 4)):
     learning_rate = optimizer_facts(model)[0]  # read before the profile's steps touch the optimizer
     measured = profile(model, x, y, [batch * m for m in multipliers])
     slots = optimizer_facts(model)[1]  # the profile's steps built the optimizer
-    raise ProbeDone({"features": model_features(model).as_dict(), "samples": int(_length(x)),
-                     "epochs": int(kwargs.get("epochs") or 1), "batch_size": int(batch),
-                     "learning_rate": learning_rate, "optimizer_slots": slots, **measured})
+    raise ProbeDone(
+        {
+            "features": model_features(model).as_dict(),
+            "samples": int(_length(x)),
+            "epochs": int(kwargs.get("epochs") or 1),
+            "batch_size": int(batch),
+            "learning_rate": learning_rate,
+            "optimizer_slots": slots,
+            **measured,
+        }
+    )

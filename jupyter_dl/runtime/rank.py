@@ -4,6 +4,7 @@ The engine process persists across jobs; each job re-initialises Horovod, runs i
 values the kernel shipped, and returns a structured outcome instead of raising, so the kernel can tell the first
 failing rank from the peers that only failed because it left.
 """
+
 import _thread
 import builtins
 import contextlib
@@ -33,15 +34,16 @@ _SHIPPED: dict = {}
 
 
 _ORPHAN_WATCH: list = []  # the thread that ends this engine when the kernel that owns its cluster is gone
-_PRELOAD: list = []        # the thread importing TensorFlow and Horovod while the engine waits for its first job
+_PRELOAD: list = []  # the thread importing TensorFlow and Horovod while the engine waits for its first job
 
 
 def describe(exit_with_kernel=None):
     """Who this engine is: used to place ranks on hosts. exit_with_kernel=(pid, host): this engine belongs to that
     kernel's own cluster and exits when the kernel is gone, so an orphan never keeps a GPU's memory."""
     if exit_with_kernel and not _ORPHAN_WATCH and exit_with_kernel[1] == socket.gethostname():
-        watch = threading.Thread(target=_exit_when_gone, args=(exit_with_kernel[0],), daemon=True,
-                                 name="jdl-orphan-watch")
+        watch = threading.Thread(
+            target=_exit_when_gone, args=(exit_with_kernel[0],), daemon=True, name="jdl-orphan-watch"
+        )
         _ORPHAN_WATCH.append(watch)
         watch.start()
     if not _PRELOAD:  # the first job should not wait ~10 s for TensorFlow and Horovod to import
@@ -49,8 +51,7 @@ def describe(exit_with_kernel=None):
         _PRELOAD.append(preload)
         preload.start()
     # The GPU an engine was pinned to when it started (one per engine), to place ranks on the GPUs a pool granted.
-    return {"hostname": socket.gethostname(), "pid": os.getpid(),
-            "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
 
 
 def _preload():
@@ -92,8 +93,11 @@ def receive(blobs: dict, fingerprints: dict):
 def _is_induced(exc) -> bool:
     """True when this rank failed only because a peer left the job (Horovod shut everyone down)."""
     text = f"{type(exc).__name__}: {exc}"
-    return "HorovodInternalError" in text or "Horovod has been shut down" in text or (
-        "gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
+    return (
+        "HorovodInternalError" in text
+        or "Horovod has been shut down" in text
+        or ("gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
+    )
 
 
 def run(spec: RankSpec) -> dict:
@@ -145,8 +149,13 @@ def run(spec: RankSpec) -> dict:
     except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
         # The kernel repeats its interrupt until every rank has stopped; from here on it must not cut our cleanup.
         previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        outcome.update(ok=False, ename=type(exc).__name__, evalue=str(exc), induced=_is_induced(exc),
-                       traceback=_user_traceback(exc))
+        outcome.update(
+            ok=False,
+            ename=type(exc).__name__,
+            evalue=str(exc),
+            induced=_is_induced(exc),
+            traceback=_user_traceback(exc),
+        )
     finally:
         watch.stop()
         _leave_job(spec, previous_handler)
@@ -164,9 +173,18 @@ def _hooks_for(spec: RankSpec):
         return None
     from .keras_hooks import KerasHooks
 
-    return KerasHooks(spec.rank, spec.size, spec.lr_scale, spec.stream_metrics, checkpoint_dir=spec.checkpoint_dir,
-                      attempt=spec.attempt, balance=spec.balance, probe=spec.probe, batch_size=spec.batch_size,
-                      lr_multiplier=spec.lr_multiplier)
+    return KerasHooks(
+        spec.rank,
+        spec.size,
+        spec.lr_scale,
+        spec.stream_metrics,
+        checkpoint_dir=spec.checkpoint_dir,
+        attempt=spec.attempt,
+        balance=spec.balance,
+        probe=spec.probe,
+        batch_size=spec.batch_size,
+        lr_multiplier=spec.lr_multiplier,
+    )
 
 
 def _exec_cell(spec: RankSpec, namespace):
@@ -182,8 +200,9 @@ def _pack_results(spec: RankSpec, namespace, result, outcome):
         outcome["result"] = payload.cloudpickle.dumps(result) if (spec.rank == 0 or spec.all_ranks) else None
     elif spec.rank == 0:
         # Names the cell bound, plus Keras models it trained in place (they changed even though not rebound).
-        names = list(spec.names_out) + [n for n in spec.names_in
-                                        if n not in spec.names_out and payload.is_keras_model(namespace[n])]
+        names = list(spec.names_out) + [
+            n for n in spec.names_in if n not in spec.names_out and payload.is_keras_model(namespace[n])
+        ]
         outcome["values"] = payload.pack(names, namespace)
         outcome["environment"] = _environment()
 
@@ -231,8 +250,11 @@ def _stall_reporter(rank):
 
     def report(record):
         where = f" at {record['where']}" if record["where"] else ""
-        print(f"[jupyter-dl] rank {rank} has waited {record['waited_s']:.0f}s in {record['what']}{where}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[jupyter-dl] rank {rank} has waited {record['waited_s']:.0f}s in {record['what']}{where}",
+            file=sys.stderr,
+            flush=True,
+        )
         if publish is not None:
             publish({f"jdl.{rank}.stall.{next(sent)}": [record]})
 

@@ -4,6 +4,7 @@ Ranks on several hosts need an address of the kernel's rendezvous server that ev
 needs the name of its own interface on that route for gloo (`ens5` here, `ib0` there: never a guessed `eth0`). A TCP
 connect to the server answers both: the socket's own address names the interface the route leaves through.
 """
+
 import socket
 import threading
 

@@ -7,6 +7,7 @@ memory. Samples are published in batches (one iopub message per `flush_interval`
 same way. Reading a counter costs microseconds, so a few samples a second do not slow training (bench/
 resource_overhead.py measures it).
 """
+
 import collections
 import os
 import threading
@@ -28,8 +29,11 @@ class _Gpu:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handle = (pynvml.nvmlDeviceGetHandleByIndex(int(visible)) if visible.isdigit()
-                            else pynvml.nvmlDeviceGetHandleByUUID(visible))
+            self._handle = (
+                pynvml.nvmlDeviceGetHandleByIndex(int(visible))
+                if visible.isdigit()
+                else pynvml.nvmlDeviceGetHandleByUUID(visible)
+            )
         except Exception:  # no driver, no library, an index NVML does not know: no GPU series, not a failed job
             self._handle = None
 
@@ -94,8 +98,13 @@ class ResourceSampler:
 
     def _sample(self, process, gpu) -> dict:
         with process.oneshot():
-            record = {"kind": "resources", "rank": self.rank, "t": time.time(),
-                      "cpu": process.cpu_percent(None), "rss_mb": process.memory_info().rss / 2**20}
+            record = {
+                "kind": "resources",
+                "rank": self.rank,
+                "t": time.time(),
+                "cpu": process.cpu_percent(None),
+                "rss_mb": process.memory_info().rss / 2**20,
+            }
         record.update(gpu.read())
         return record
 

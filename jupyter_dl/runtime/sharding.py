@@ -26,7 +26,7 @@ def _take(obj, rank, size, per_rank):
         return {k: _take(v, rank, size, per_rank) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(_take(v, rank, size, per_rank) for v in obj)
-    return obj[rank: rank + per_rank * size: size]
+    return obj[rank : rank + per_rank * size : size]
 
 
 def shard_arrays(arrays, rank, size):
@@ -36,8 +36,9 @@ def shard_arrays(arrays, rank, size):
         return arrays
     per_rank = _length(present[0]) // size
     if per_rank == 0:
-        raise ValueError(f"{_length(present[0])} samples cannot be split across {size} ranks; "
-                         f"use fewer ranks (-n) or more data")
+        raise ValueError(
+            f"{_length(present[0])} samples cannot be split across {size} ranks; use fewer ranks (-n) or more data"
+        )
     return tuple(_take(a, rank, size, per_rank) for a in arrays)
 
 
@@ -50,9 +51,11 @@ def shard_dataset(ds, rank, size):
         return shard.take(cardinality // size)
     if cardinality == tf.data.INFINITE_CARDINALITY:
         return shard  # fit needs steps_per_epoch then, which is per rank and equal
-    raise ValueError("a tf.data dataset of unknown length cannot be split into equal shards; "
-                     "add .repeat() and pass steps_per_epoch, "
-                     "or use .apply(tf.data.experimental.assert_cardinality(n))")
+    raise ValueError(
+        "a tf.data dataset of unknown length cannot be split into equal shards; "
+        "add .repeat() and pass steps_per_epoch, "
+        "or use .apply(tf.data.experimental.assert_cardinality(n))"
+    )
 
 
 def _is_array_like(obj):
@@ -74,8 +77,9 @@ def _is_py_dataset(obj):
 def _is_generator(obj):
     import inspect
 
-    return inspect.isgenerator(obj) or (hasattr(obj, "__next__") and hasattr(obj, "__iter__")
-                                        and not _is_dataset(obj) and not _is_array_like(obj))
+    return inspect.isgenerator(obj) or (
+        hasattr(obj, "__next__") and hasattr(obj, "__iter__") and not _is_dataset(obj) and not _is_array_like(obj)
+    )
 
 
 def shard_py_dataset(data, rank, size):
@@ -86,13 +90,16 @@ def shard_py_dataset(data, rank, size):
     if batches is None:  # an infinite PyDataset: every rank reads its own stride for as long as fit asks
         batches = 0
     elif batches // size == 0:
-        raise ValueError(f"a PyDataset of {batches} batches cannot be split across {size} ranks; "
-                         f"use fewer ranks (-n) or smaller batches")
+        raise ValueError(
+            f"a PyDataset of {batches} batches cannot be split across {size} ranks; "
+            f"use fewer ranks (-n) or smaller batches"
+        )
 
     class RankShard(keras.utils.PyDataset):
         def __init__(self):
-            super().__init__(workers=data.workers, use_multiprocessing=data.use_multiprocessing,
-                             max_queue_size=data.max_queue_size)
+            super().__init__(
+                workers=data.workers, use_multiprocessing=data.use_multiprocessing, max_queue_size=data.max_queue_size
+            )
 
         @property
         def num_batches(self):
@@ -113,6 +120,7 @@ def shard_py_dataset(data, rank, size):
 def shard_generator(gen, rank, size):
     """Every size-th item of a generator, starting at this rank's. Each rank runs the cell's generator itself, so
     it must yield the same sequence on every rank (seeded shuffles)."""
+
     def rank_share():  # Keras accepts generators, not other iterators
         group = []
         for item in gen:

@@ -4,6 +4,7 @@ Both sides import this module, so the fields and their defaults are written down
 (no TensorFlow, no Horovod): the kernel builds specs before any engine has started. A plain dataclass, so it pickles
 by reference on its way to engines that have jupyter-dl installed.
 """
+
 from dataclasses import dataclass, field
 
 
@@ -11,25 +12,25 @@ from dataclasses import dataclass, field
 class RankSpec:
     rank: int = 0
     size: int = 1
-    env: dict = field(default_factory=dict)             # Horovod's rendezvous environment for this rank
-    mode: str = "cell"                                  # 'cell': exec `code`; 'fn': call the pickled `fn`
+    env: dict = field(default_factory=dict)  # Horovod's rendezvous environment for this rank
+    mode: str = "cell"  # 'cell': exec `code`; 'fn': call the pickled `fn`
     code: str = ""
-    fn: bytes | None = None                             # cloudpickled (function, args, kwargs)
-    all_ranks: bool = False                             # fn mode: every rank sends its return value back
-    names_in: list = field(default_factory=list)        # shipped values the cell reads (held by the engine)
-    names_out: list = field(default_factory=list)       # names the cell binds, sent back from rank 0
+    fn: bytes | None = None  # cloudpickled (function, args, kwargs)
+    all_ranks: bool = False  # fn mode: every rank sends its return value back
+    names_in: list = field(default_factory=list)  # shipped values the cell reads (held by the engine)
+    names_out: list = field(default_factory=list)  # names the cell binds, sent back from rank 0
     job_name: str = ""
-    manual: bool = False                                # the cell drives Horovod itself: no zero-code hooks
+    manual: bool = False  # the cell drives Horovod itself: no zero-code hooks
     lr_scale: str = "linear"
     stream_metrics: bool = True
     checkpoint_dir: str | None = None
-    attempt: int = 0                                    # 0 the first run, then one more per --restarts restart
+    attempt: int = 0  # 0 the first run, then one more per --restarts restart
     balance: bool = False
-    probe: bool = False                                 # --recommend: profile the cell's fit instead of running it
+    probe: bool = False  # --recommend: profile the cell's fit instead of running it
     batch_size: int | None = None
     lr_multiplier: float = 1.0
-    stall_s: float | None = None                        # seconds in one collective before the rank reports a stall
-    resource_interval: float = 0                        # seconds between resource samples; 0: none
-    secrets: dict = field(default_factory=dict)         # name -> value, set in os.environ for this job only
-    kernel_pid: int | None = None                       # the rank stops itself if this kernel dies (same host only)
+    stall_s: float | None = None  # seconds in one collective before the rank reports a stall
+    resource_interval: float = 0  # seconds between resource samples; 0: none
+    secrets: dict = field(default_factory=dict)  # name -> value, set in os.environ for this job only
+    kernel_pid: int | None = None  # the rank stops itself if this kernel dies (same host only)
     kernel_host: str | None = None

@@ -6,6 +6,7 @@ inspector stayed silent in our measurements with TensorFlow 2.21, so a thread sa
 same collective call still under way after `stall_s` seconds is reported once, with what it waits in and the cell
 line that called it. The kernel then stops the job and reports where every rank was.
 """
+
 import sys
 import threading
 import time
@@ -52,11 +53,15 @@ def waiting_in(frame):
             # The innermost Keras frame: the train function `fit` calls (TF trainer), which holds the gradient
             # allreduce. A validation step (`evaluate` under fit) has no collective in it.
             caller = frame.f_back
-            in_fit = code.co_name == "fit" or (code.co_name == "function" and caller is not None
-                                               and caller.f_code.co_name == "fit")
+            in_fit = code.co_name == "fit" or (
+                code.co_name == "function" and caller is not None and caller.f_code.co_name == "fit"
+            )
             if in_fit and innermost.f_code.co_name == "quick_execute":
-                return frame, "a compiled Keras training step (its gradient allreduce)", \
-                    frame if code.co_name == "fit" else caller
+                return (
+                    frame,
+                    "a compiled Keras training step (its gradient allreduce)",
+                    frame if code.co_name == "fit" else caller,
+                )
             return None
         frame = frame.f_back
         depth += 1
@@ -119,6 +124,14 @@ class StallWatch:
                 current, since, reported = key, now, False
             elif found and not reported and now - since >= self.stall_s * patience:
                 reported = True
-                self.report({"kind": "stall", "rank": self.rank, "t": time.time(), "waited_s": round(now - since, 1),
-                             "what": found[1], "where": cell_location(frame)})
+                self.report(
+                    {
+                        "kind": "stall",
+                        "rank": self.rank,
+                        "t": time.time(),
+                        "waited_s": round(now - since, 1),
+                        "what": found[1],
+                        "where": cell_location(frame),
+                    }
+                )
             del frame, found  # frames keep their locals alive

@@ -3,6 +3,7 @@ connected to) and nvidia-smi's utilisation readings.
 
 The cluster files are read as JSON, not loaded as ipyparallel `Cluster` objects: loading one starts watchers of
 its processes on the server's event loop, once per poll, which outlived the cluster when a kernel stopped it."""
+
 import glob
 import json
 import os
@@ -40,9 +41,17 @@ def clusters():
         cluster_id = info.get("cluster_id", "")
         by_host = engines_by_host(data.get("engines") or {})
         owner = OWNER_PID.match(cluster_id)
-        out.append({"cluster_id": cluster_id, "profile": _profile_name(info.get("profile_dir", "")),
-                    "engines": sum(by_host.values()), "engines_by_host": by_host, "running": True,
-                    "owner_pid": int(owner.group(1)) if owner else None, "cluster_file": path})
+        out.append(
+            {
+                "cluster_id": cluster_id,
+                "profile": _profile_name(info.get("profile_dir", "")),
+                "engines": sum(by_host.values()),
+                "engines_by_host": by_host,
+                "running": True,
+                "owner_pid": int(owner.group(1)) if owner else None,
+                "cluster_file": path,
+            }
+        )
     return out
 
 
@@ -99,14 +108,25 @@ def gpu_stats():
     if not smi:
         return []
     try:
-        text = subprocess.run([smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5,
-                              check=True).stdout
+        text = subprocess.run(
+            [smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     gpus = []
     for line in text.strip().splitlines():
         index, name, util, used, total = [part.strip() for part in line.split(",")]
-        gpus.append({"index": int(index), "name": name, "utilization": float(util),
-                     "memory_used_mb": float(used), "memory_total_mb": float(total)})
+        gpus.append(
+            {
+                "index": int(index),
+                "name": name,
+                "utilization": float(util),
+                "memory_used_mb": float(used),
+                "memory_total_mb": float(total),
+            }
+        )
     return gpus

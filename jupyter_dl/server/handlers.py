@@ -1,5 +1,6 @@
 """Thin tornado handlers over JobService. Every handler requires an authenticated user; errors are
 JSON `{code, message}` with the matching HTTP status."""
+
 import json
 import os
 
@@ -53,8 +54,9 @@ class JobsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self):
-        return self._call(lambda: {"jobs": self.service.list_jobs(self.get_query_argument("state", None),
-                                                                  viewer=self.viewer)})
+        return self._call(
+            lambda: {"jobs": self.service.list_jobs(self.get_query_argument("state", None), viewer=self.viewer)}
+        )
 
 
 class JobHandler(_Base):
@@ -73,17 +75,27 @@ class MetricsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self, job_id):
-        return self._call(self.service.metrics, job_id, self.get_query_argument("since", "0"), viewer=self.viewer,
-                          limit=self.get_query_argument("limit", None))
+        return self._call(
+            self.service.metrics,
+            job_id,
+            self.get_query_argument("since", "0"),
+            viewer=self.viewer,
+            limit=self.get_query_argument("limit", None),
+        )
 
 
 class LogsHandler(_Base):
     @web.authenticated
     @authorized
     def get(self, job_id):
-        return self._call(self.service.logs, job_id, self.get_query_argument("rank", "0"),
-                          self.get_query_argument("tail", None), self.get_query_argument("stream", "stdout"),
-                          viewer=self.viewer)
+        return self._call(
+            self.service.logs,
+            job_id,
+            self.get_query_argument("rank", "0"),
+            self.get_query_argument("tail", None),
+            self.get_query_argument("stream", "stdout"),
+            viewer=self.viewer,
+        )
 
 
 class ModelDownloadHandler(_Base):
@@ -113,8 +125,12 @@ class CompareHandler(_Base):
     @web.authenticated
     @authorized
     def get(self):
-        return self._call(self.service.compare, self.get_query_argument("ids", ""),
-                          self.get_query_argument("x", "step"), viewer=self.viewer)
+        return self._call(
+            self.service.compare,
+            self.get_query_argument("ids", ""),
+            self.get_query_argument("x", "step"),
+            viewer=self.viewer,
+        )
 
 
 class ClusterHandler(_Base):
@@ -160,13 +176,16 @@ def setup_handlers(web_app, service):
     web_app.settings["jupyter_dl_service"] = service
     base = url_path_join(web_app.settings["base_url"], "jupyter-dl", "api")
     job = r"/jobs/(?P<job_id>[A-Za-z0-9_-]+)"
-    web_app.add_handlers(".*$", [
-        (url_path_join(base, "jobs") + "/?", JobsHandler),
-        (base + job + "/?", JobHandler),
-        (base + job + "/metrics/?", MetricsHandler),
-        (base + job + "/logs/?", LogsHandler),
-        (base + job + r"/results/model/(?P<name>[^/]+)/?", ModelDownloadHandler),
-        (url_path_join(base, "compare") + "/?", CompareHandler),
-        (url_path_join(base, "cluster") + "/?", ClusterHandler),
-        (url_path_join(base, "cluster") + r"/(?P<cluster_id>[A-Za-z0-9_.-]+)/?", ClusterStopHandler),
-    ])
+    web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "jobs") + "/?", JobsHandler),
+            (base + job + "/?", JobHandler),
+            (base + job + "/metrics/?", MetricsHandler),
+            (base + job + "/logs/?", LogsHandler),
+            (base + job + r"/results/model/(?P<name>[^/]+)/?", ModelDownloadHandler),
+            (url_path_join(base, "compare") + "/?", CompareHandler),
+            (url_path_join(base, "cluster") + "/?", ClusterHandler),
+            (url_path_join(base, "cluster") + r"/(?P<cluster_id>[A-Za-z0-9_.-]+)/?", ClusterStopHandler),
+        ],
+    )

@@ -3,6 +3,7 @@ cluster and GPUs.
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
+
 import json
 import os
 import re
@@ -97,8 +98,11 @@ class JobService:
     def _kept_models(self, job_id):
         """Names of the models a succeeded job kept (what the panel offers to load or download)."""
         try:
-            return sorted(e.name[:-len(".keras")] for e in os.scandir(self._models_dir(job_id))
-                          if e.name.endswith(".keras") and e.is_file())
+            return sorted(
+                e.name[: -len(".keras")]
+                for e in os.scandir(self._models_dir(job_id))
+                if e.name.endswith(".keras") and e.is_file()
+            )
         except OSError:
             return []
 
@@ -129,8 +133,13 @@ class JobService:
         for record in reversed(records):  # newest first
             record = lost.get(record["id"], record)
             if wanted is None or record["state"] in wanted:
-                out.append(self._present(record if "elapsed" in record and record["state"] in FINAL_STATES
-                                         else {**record, "elapsed": _elapsed(record, now)}))
+                out.append(
+                    self._present(
+                        record
+                        if "elapsed" in record and record["state"] in FINAL_STATES
+                        else {**record, "elapsed": _elapsed(record, now)}
+                    )
+                )
         return out
 
     def get(self, job_id, viewer=None):
@@ -163,8 +172,7 @@ class JobService:
         tail = None if tail in (None, "") else _non_negative_int(tail, "tail")
         ranks = self.store.log_ranks(job_id)
         # A rank with no log yet (job starting) is not an error: empty text, and the ranks that have logs.
-        return {"rank": rank, "ranks": ranks, "stream": stream,
-                "text": self.store.logs(job_id, rank, stream, tail)}
+        return {"rank": rank, "ranks": ranks, "stream": stream, "text": self.store.logs(job_id, rank, stream, tail)}
 
     def model_file(self, job_id, name, viewer=None):
         """The path of the `.keras` file a job kept for model `name`; NotFound when it kept none by that name."""
@@ -172,8 +180,10 @@ class JobService:
         path = self._models_dir(job_id) / f"{name}.keras"
         if not _MODEL_NAME.match(name or "") or not path.is_file():
             kept = self._kept_models(job_id)
-            raise NotFound(f"job {job_id} kept no model {name!r}"
-                           + (f"; it kept {', '.join(kept)}" if kept else "; it kept no models"))
+            raise NotFound(
+                f"job {job_id} kept no model {name!r}"
+                + (f"; it kept {', '.join(kept)}" if kept else "; it kept no models")
+            )
         return path
 
     def compare(self, ids, x="step", viewer=None):
@@ -182,8 +192,13 @@ class JobService:
         from ..errors import UsageError
 
         try:
-            return compare_jobs(self.store, (ids or "").replace(",", " ").split(), x=x or "step", viewer=viewer,
-                                settings=CompareSettings(config=self.store.config))
+            return compare_jobs(
+                self.store,
+                (ids or "").replace(",", " ").split(),
+                x=x or "step",
+                viewer=viewer,
+                settings=CompareSettings(config=self.store.config),
+            )
         except UnknownJob as exc:
             raise NotFound(_first_line(exc)) from None
         except UsageError as exc:
@@ -209,8 +224,11 @@ class JobService:
         """The notebook of the newest job run by the kernel with this pid on this host, or None."""
         host = socket.gethostname()
         for record in reversed(self.store.records()):
-            if record.get("kernel_pid") == pid and record.get("kernel_host") in (None, host) and \
-                    (viewer is None or record.get("user") == viewer):
+            if (
+                record.get("kernel_pid") == pid
+                and record.get("kernel_host") in (None, host)
+                and (viewer is None or record.get("user") == viewer)
+            ):
                 return self._present(record).get("notebook")
         return None
 
