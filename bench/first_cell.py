@@ -36,7 +36,7 @@ def wait_until_warm(session):
     from jupyter_dl.runtime import rank
 
     t = time.perf_counter()
-    while not (session.launcher._backend_checked and all(session.cluster.client[:].apply_sync(rank.preloaded))):
+    while not (session.runner._backend_checked and all(session.cluster.client[:].apply_sync(rank.preloaded))):
         time.sleep(0.1)
     return time.perf_counter() - t
 

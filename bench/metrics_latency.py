@@ -146,7 +146,7 @@ def main():
     )
     load_after = [_common.print_load(load_before[0])]
 
-    from jupyter_dl.launcher import Launcher
+    from jupyter_dl.launch.runner import JobRunner
     from jupyter_dl.live.view import LiveView
     from jupyter_dl.runtime import live
 
@@ -167,7 +167,7 @@ def main():
                 "batch_size": 32,
                 "n": 2,
                 "engine_flush_interval_s": live.FLUSH_INTERVAL,
-                "kernel_poll_interval_s": Launcher.poll_interval.default_value,
+                "kernel_poll_interval_s": JobRunner.poll_interval.default_value,
                 "view_refresh_interval_s": LiveView().refresh_interval,
             },
         },

@@ -153,13 +153,13 @@ class Namespaces:
 
 def job_seconds(session, data, epochs):
     """Wall seconds of the small job's run on 2 ranks (warm: the second of two runs) and where its ranks ran."""
-    from jupyter_dl.launcher import CellWork
+    from jupyter_dl.launch.work import CellWork
     from jupyter_dl.options import RunOptions
 
     code = JOB.replace("EPOCHS", str(epochs))
-    session.launcher.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))  # engines import TF, data travels
+    session.runner.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))  # engines import TF, data travels
     start = time.perf_counter()
-    result = session.launcher.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))
+    result = session.runner.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))
     return time.perf_counter() - start, result.job.hosts
 
 
@@ -190,10 +190,10 @@ def main():
         cluster.add_engine(0)
         cluster.add_engine(1)  # engine 0 on host a, engine 1 on host b
         session = cluster.session()
-        from jupyter_dl.launcher import FunctionWork
+        from jupyter_dl.launch.work import FunctionWork
         from jupyter_dl.options import RunOptions
 
-        per_rank = session.launcher.run(
+        per_rank = session.runner.run(
             FunctionWork(allreduce_seconds, (args.mb, args.repeats), all_ranks=True), RunOptions(n=2)
         ).results
         allreduce = [max(times) for times in zip(*per_rank)]  # an allreduce ends when its slowest rank has it

@@ -1,6 +1,6 @@
 """What per-rank resource sampling costs training (issue 18; target: under 1% of step time).
 
-The same 2-rank zero-code fit runs with sampling off (`c.Launcher.resource_interval = 0`) and on (the default 0.25 s,
+The same 2-rank zero-code fit runs with sampling off (`c.JobRunner.resource_interval = 0`) and on (the default 0.25 s,
 and a 4x denser 0.0625 s to show how the cost scales), interleaved off/on/dense in rounds, in one process. Two
 figures per setting:
 - the fit's samples/s (epoch 2, timed inside the ranks) against the run with sampling off: the end-to-end ratio,
@@ -52,7 +52,7 @@ def main():
         for i in range(args.rounds):
             for name, interval in SETTINGS.items():
                 session = api.session()
-                session.launcher.resource_interval = interval
+                session.runner.resource_interval = interval
                 result = jupyter_dl.distribute(fit_job, n=2, args=(args.steps,), plot=False, name=f"res-{name}")
                 speed[name].append(result["samples_per_s"])
                 share[name].append(sampler_share(session.store, session.jobs.all()[-1]))

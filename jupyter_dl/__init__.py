@@ -14,11 +14,13 @@ __all__ = [
 ]
 
 
-def LiveMetrics(*args, **kwargs):
-    """Keras callback streaming metrics to the cell's live view; add it yourself in `--manual` cells."""
-    from .runtime.live import LiveMetrics as _LiveMetrics
+def __getattr__(name):
+    # jupyter_dl.LiveMetrics is the Keras callback class itself, imported on first use (Keras imports slowly).
+    if name == "LiveMetrics":
+        from .runtime.live_callback import LiveMetrics
 
-    return _LiveMetrics(*args, **kwargs)
+        return LiveMetrics
+    raise AttributeError(name)
 
 
 def distribute(*args, **kwargs):

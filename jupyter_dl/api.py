@@ -8,7 +8,8 @@ from traitlets.config import Configurable
 from .cluster import ClusterManager
 from .jobs import JobRegistry
 from .jobs.store import JobStore
-from .launcher import CellWork, FunctionWork, Launcher
+from .launch.runner import JobRunner
+from .launch.work import CellWork, FunctionWork
 from .live import summary as summary_mod
 from .options import RunOptions
 
@@ -22,13 +23,14 @@ class LiveViewSettings(Configurable):
 
 
 class Session:
-    """One per process: the cluster in use, the launcher, the jobs run from here and the job store."""
+    """One per process: the cluster in use, the job runner, the jobs run from here and the job store."""
 
     def __init__(self, parent=None):
         self.cluster = ClusterManager(parent=parent)
         self.store = JobStore(parent=parent)
         self.jobs = JobRegistry(self.store)
-        self.launcher = Launcher(self.cluster, self.jobs, parent=parent)
+        self.runner = JobRunner(self.cluster, self.jobs, parent=parent)
+        self.launcher = self.runner  # TEMPORARY: tests/test_live_view.py still says launcher
         self.view_settings = LiveViewSettings(parent=parent)
         self.baselines = {}  # work key -> samples/s of its last single-rank run, for scaling efficiency
         self._advisor = None
@@ -59,7 +61,7 @@ class Session:
                 template_for(self.view_settings.theme), show_plot=options.plot, baseline_sps=self.baselines.get(key)
             )
             observers.append(view)
-        result = self.launcher.run(work, options, observers=observers)
+        result = self.runner.run(work, options, observers=observers)
         result.view = view
         if result.job.n == 1:
             single = summary_mod.summarize(result.job, result.state)["samples_per_s"]
@@ -90,7 +92,7 @@ class Session:
             checkpoint_dir=None,
             name=f"{options.name or 'cell'}-probe",
         )
-        measured = self.launcher.run(work, probe_options).probe
+        measured = self.runner.run(work, probe_options).probe
         if measured is None:
             raise UsageError("--recommend: the cell ended without calling model.fit(x, y); there is nothing to size")
         workload = Workload(
@@ -160,7 +162,7 @@ def distribute(
     notebook's), which is also where the variables it reads come from. Returns the RunResult.
     Zero-code-change Keras interception is on unless manual=True. plot: show the live view and summary (default:
     when running in a notebook kernel). stream_metrics=False stops engine-side metric streaming (to measure it).
-    stall_timeout: seconds one rank may wait in a collective the others never enter (default: the Launcher's).
+    stall_timeout: seconds one rank may wait in a collective the others never enter (default: JobRunner.stall_timeout).
     restarts, checkpoint_dir: restart a failed job up to `restarts` times, resuming each Keras fit from the
     checkpoint rank 0 saves in checkpoint_dir every epoch. balance: "on" splits each global batch across ranks in
     proportion to their measured speed (gradients weighted so the update is unchanged); "auto" does so when the ranks

@@ -7,34 +7,52 @@ import subprocess
 from .errors import UsageError
 
 
-def _query(field: str) -> list:
-    """One nvidia-smi column, a line per GPU in index order; [] without nvidia-smi or GPUs."""
+def query(*fields: str, timeout: float = 10) -> list:
+    """nvidia-smi's readings of `fields` (--query-gpu names), a list of strings per GPU in index order, without
+    units; [] without nvidia-smi or GPUs, or when it does not answer within `timeout` seconds."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
     try:
         out = subprocess.run(
-            [smi, f"--query-gpu={field}", "--format=csv,noheader"],
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=timeout,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+    return [row for row in rows if len(row) == len(fields)]
+
+
+def stats() -> list:
+    """Each GPU's index, name, utilisation (%) and memory (MB) now, for the panel's cluster view."""
+    return [
+        {
+            "index": int(index),
+            "name": name,
+            "utilization": float(util),
+            "memory_used_mb": float(used),
+            "memory_total_mb": float(total),
+        }
+        for index, name, util, used, total in query(
+            "index", "name", "utilization.gpu", "memory.used", "memory.total", timeout=5
+        )
+    ]
 
 
 @functools.lru_cache(maxsize=1)
 def discover() -> list:
     """Indices of the GPUs nvidia-smi lists, e.g. [0, 1]."""
-    return [int(index) for index in _query("index") if index.isdigit()]
+    return [int(row[0]) for row in query("index") if row[0].isdigit()]
 
 
 @functools.lru_cache(maxsize=1)
 def names() -> list:
     """Model names of this host's GPUs in index order (what TensorFlow reports as device_name too)."""
-    return _query("name")
+    return [row[0] for row in query("name")]
 
 
 def select(spec: str | None) -> list:

@@ -9,7 +9,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from . import api
 from .comparison import X_AXES
 from .errors import JobCancelled, UsageError
-from .launcher import CellWork
+from .launch.work import CellWork
 from .live import summary as summary_mod
 from .options import _duration, _Parser, _positive_int, parse_distribute_line
 
@@ -202,14 +202,14 @@ class DistributeMagics(Magics):
             cluster = self.session.cluster
             if args.action == "start":
                 print(format_status(cluster.start(args.n, args.gpus, args.engines)))
-                self.session.launcher.warm_up()
+                self.session.runner.warm_up()
             elif args.action == "connect" and args.cluster_file:
                 print(format_status(cluster.connect_file(args.cluster_file)))
             elif args.action == "connect":
                 print(format_status(cluster.connect(args.profile, args.cluster_id)))
             elif args.action == "status":
                 print(format_status(cluster.status()))
-                pool = self.session.launcher.pool_status()
+                pool = self.session.runner.pools.status()
                 if pool:
                     print(pool)
             else:

@@ -1,5 +1,5 @@
 """Kernel side: the route between the kernel and ranks on other hosts, found the way horovodrun finds it (by what the
-hosts can actually reach), with `c.Launcher.rendezvous_address` / `network_interface` as overrides."""
+hosts can actually reach), with `c.JobRunner.rendezvous_address` / `network_interface` as overrides."""
 
 import socket
 
@@ -30,7 +30,7 @@ def choose_route(probes, candidates, port):
             raise UsageError(
                 f"host {found['hostname']} (rank {rank}) cannot reach this kernel's rendezvous server "
                 f"on port {port} at {', '.join(candidates)}; connect the hosts on one network, or set "
-                f"c.Launcher.rendezvous_address to an address of this host that they can reach"
+                f"c.JobRunner.rendezvous_address to an address of this host that they can reach"
             )
     for address in candidates:
         if all(address in found["reached"] for found in probes):
@@ -38,7 +38,7 @@ def choose_route(probes, candidates, port):
     reachable = "; ".join(f"{f['hostname']}: {', '.join(f['reached'])}" for f in probes)
     raise UsageError(
         f"no address of this host is reachable from every rank's host ({reachable}); set "
-        f"c.Launcher.rendezvous_address to one they all reach"
+        f"c.JobRunner.rendezvous_address to one they all reach"
     )
 
 

@@ -61,6 +61,9 @@ FAST_MODULES = {
     "test_pool",
     "test_compare",
     "test_resources",
+    "test_renamed_config",
+    "test_metric_kinds",
+    "test_gpus",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 

@@ -8,7 +8,7 @@ import pytest
 
 from jupyter_dl.api import Session
 from jupyter_dl.errors import UsageError
-from jupyter_dl.launcher import FunctionWork
+from jupyter_dl.launch.work import FunctionWork
 from jupyter_dl.options import RunOptions
 
 
@@ -36,10 +36,10 @@ def test_connect_by_cluster_file_runs_jobs_and_stop_only_disconnects(external_cl
         session.cluster.connect(profile="no-such-profile-jdl", cluster_id="nope")
     status = session.cluster.connect_file(external_cluster.cluster_file)
     assert status["engines"] == 2 and status["owned"] is False
-    result = session.launcher.run(FunctionWork(_rank_and_size, all_ranks=True), RunOptions(n=2))
+    result = session.runner.run(FunctionWork(_rank_and_size, all_ranks=True), RunOptions(n=2))
     assert result.results == [(0, 2), (1, 2)]
     with pytest.raises(UsageError, match="connected cluster has 2 engines"):
-        session.launcher.run(FunctionWork(_rank_and_size), RunOptions(n=3))
+        session.runner.run(FunctionWork(_rank_and_size), RunOptions(n=3))
     session.cluster.stop()
     # Still running for its owner:
     client = external_cluster.connect_client_sync()

@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_dl import gpus
 from jupyter_dl.api import Session
-from jupyter_dl.launcher import FunctionWork
+from jupyter_dl.launch.work import FunctionWork
 from jupyter_dl.options import RunOptions
 from jupyter_dl.pool.local import LocalPool
 
@@ -25,7 +25,7 @@ def _pinning():
 def two_gpu_session(monkeypatch, tmp_path):
     monkeypatch.setattr(gpus, "discover", lambda: [0, 1])
     session = Session()
-    session.launcher.local_pool.state_file = str(tmp_path / "pool.json")
+    session.runner.local_pool.state_file = str(tmp_path / "pool.json")
     yield session
     session.cluster.stop()
 
@@ -38,7 +38,7 @@ def test_ranks_run_on_the_engines_of_the_gpus_the_pool_granted(two_gpu_session, 
     other_notebook = LocalPool(state_file=str(tmp_path / "pool.json"))
     held = other_notebook.submit(1, allowed=[(socket.gethostname(), 0)])
     assert held["state"] == "granted"
-    result = session.launcher.run(FunctionWork(_pinning, all_ranks=True), RunOptions(n=1))
+    result = session.runner.run(FunctionWork(_pinning, all_ranks=True), RunOptions(n=1))
     assert result.results == [("1", "true")]  # GPU 0 is taken: the rank ran on GPU 1's engine, memory growth on
     assert result.job.gpus == [f"{socket.gethostname()}:1"]
     assert other_notebook.summary()["free"] == 1  # the job's GPU went back when it ended
@@ -73,5 +73,5 @@ def test_a_restart_waits_for_the_replacement_on_its_granted_gpu(two_gpu_session,
     session = two_gpu_session
     session.cluster.start()
     options = RunOptions(n=1, restarts=1, checkpoint_dir=str(tmp_path / "ckpt"))
-    result = session.launcher.run(FunctionWork(_dies_once_then_reports_its_gpu, (str(tmp_path / "died"),)), options)
+    result = session.runner.run(FunctionWork(_dies_once_then_reports_its_gpu, (str(tmp_path / "died"),)), options)
     assert result.results == ["0"] and len(result.job.restarts) == 1

@@ -189,7 +189,7 @@ def test_a_distributed_job_waits_for_its_gpus_in_the_pool_then_runs_and_gives_th
     held = bob.submit(4, job="bob-everything", owner="kernel-bob")
     assert held["state"] == "granted"
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub["tokens"]["ann"])
-    monkeypatch.setattr(dl_session.launcher, "pool_url", hub["url"])
+    monkeypatch.setattr(dl_session.runner, "pool_url", hub["url"])
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.update(value=jupyter_dl.distribute(_two, n=2, name="pooled")))
     runner.start()

@@ -60,7 +60,7 @@ def test_a_job_keeps_its_model_history_source_and_environment(shell, digits):
 def test_models_over_the_size_limit_are_named_not_kept(shell, digits, capsys):
     from jupyter_dl import api
 
-    results = api.session().launcher.results
+    results = api.session().runner.results
     before = results.max_model_mb
     results.max_model_mb = 0.001  # 650 parameters x 4 bytes is over 1 kB
     try:

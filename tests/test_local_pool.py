@@ -33,8 +33,8 @@ OTHER_KERNEL = textwrap.dedent("""
     from jupyter_dl import api
     session = api.session()
     session.store.root = sys.argv[2]
-    session.launcher.local_pool.simulate_gpus = 2
-    session.launcher.local_pool.state_file = sys.argv[1]
+    session.runner.local_pool.simulate_gpus = 2
+    session.runner.local_pool.state_file = sys.argv[1]
     session.cluster.start(n=2)
     print(json.dumps({"ready": True}), flush=True)
     names = {}
@@ -130,8 +130,8 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
 
     import jupyter_dl
 
-    monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
-    monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    monkeypatch.setattr(dl_session.runner.local_pool, "simulate_gpus", 2)
+    monkeypatch.setattr(dl_session.runner.local_pool, "state_file", pool_file)
     jupyter_dl.distribute(_start_time, n=2, name="warm-up")  # Horovod and TensorFlow imported before the race below
     other = subprocess.Popen(
         [sys.executable, "-c", OTHER_KERNEL, pool_file, str(tmp_path / "other-jobs")],
@@ -149,7 +149,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
             assert time.monotonic() < deadline, "the other notebook's job never took the GPUs"
             time.sleep(0.1)
 
-        assert "0 of 2 GPUs free, 0 jobs queued" in dl_session.launcher.pool_status()
+        assert "0 of 2 GPUs free, 0 jobs queued" in dl_session.runner.pools.status()
         outcome = {}
         runner = threading.Thread(
             target=lambda: outcome.update(
@@ -200,8 +200,8 @@ def _wait_queued(session, name, runner):
 
 
 def test_cluster_status_shows_the_embedded_pool(shell, dl_session, pool_file, monkeypatch, capsys):
-    monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
-    monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    monkeypatch.setattr(dl_session.runner.local_pool, "simulate_gpus", 2)
+    monkeypatch.setattr(dl_session.runner.local_pool, "state_file", pool_file)
     shell.run_cell("%dl_cluster status")
     out = capsys.readouterr().out
     assert f"GPU pool, embedded ({pool_file}): 2 of 2 GPUs free, 0 jobs queued" in out
@@ -209,8 +209,8 @@ def test_cluster_status_shows_the_embedded_pool(shell, dl_session, pool_file, mo
 
 def test_recommendations_count_only_the_gpus_free_in_the_pool(dl_session, pool_file, monkeypatch):
     """The recommender plans with what the pool can grant now; its own bandwidth probe does not queue for GPUs."""
-    monkeypatch.setattr(dl_session.launcher.local_pool, "simulate_gpus", 2)
-    monkeypatch.setattr(dl_session.launcher.local_pool, "state_file", pool_file)
+    monkeypatch.setattr(dl_session.runner.local_pool, "simulate_gpus", 2)
+    monkeypatch.setattr(dl_session.runner.local_pool, "state_file", pool_file)
     monkeypatch.setattr(dl_session.advisor, "_interconnect", None)  # measured again, on both engines
     other_job = LocalPool(simulate_gpus=2, state_file=pool_file).submit(1, job="other")
     assert [(d.kind, d.free) for d in dl_session.advisor.devices()] == [("cpu", 1)]

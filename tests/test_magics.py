@@ -183,16 +183,16 @@ def test_bad_input_starts_no_cluster():
     """A fresh session without a cluster: bad input must not start one."""
     from jupyter_dl.api import Session
     from jupyter_dl.errors import UsageError
-    from jupyter_dl.launcher import CellWork
+    from jupyter_dl.launch.work import CellWork
     from jupyter_dl.options import RunOptions
 
     fresh = Session()
     with pytest.raises(UsageError):
-        fresh.launcher.run(CellWork("x = 1", {}), RunOptions(n=0))
+        fresh.runner.run(CellWork("x = 1", {}), RunOptions(n=0))
     with pytest.raises(UsageError, match="cannot send variable 'lock'"):
-        fresh.launcher.run(CellWork("with lock: pass", {"lock": threading.Lock()}), RunOptions(n=2))
+        fresh.runner.run(CellWork("with lock: pass", {"lock": threading.Lock()}), RunOptions(n=2))
     with pytest.raises(SyntaxError):
-        fresh.launcher.run(CellWork("x = (", {}), RunOptions(n=2))
+        fresh.runner.run(CellWork("x = (", {}), RunOptions(n=2))
     assert fresh.cluster.client is None and fresh.jobs.all() == []
 
 

@@ -82,7 +82,7 @@ def _train_and_report(x_train, y_train, **_):
 
 def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     import jupyter_dl  # noqa: F401  (the session above is the one the launcher uses)
-    from jupyter_dl.launcher import FunctionWork
+    from jupyter_dl.launch.work import FunctionWork
     from jupyter_dl.magics import format_status
     from jupyter_dl.options import RunOptions
 
@@ -92,7 +92,7 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     line = format_status(status)  # what %dl_cluster status prints: engines grouped by host
     for host, ids in status["engines_by_host"].items():
         assert f"{host} (engines {ids[0]}, {ids[1]})" in line
-    result = session.launcher.run(
+    result = session.runner.run(
         FunctionWork(_train_and_report, kwargs=digits, all_ranks=True), RunOptions(n=4, timeout=600)
     )
     ranks = result.results
@@ -118,17 +118,17 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
 
 def test_a_host_that_cannot_reach_the_kernel_is_named_within_seconds(session):
     from jupyter_dl.errors import UsageError
-    from jupyter_dl.launcher import FunctionWork
+    from jupyter_dl.launch.work import FunctionWork
     from jupyter_dl.options import RunOptions
 
-    session.launcher.rendezvous_address = "10.77.0.99"  # on the bridge's subnet, but nobody's address
+    session.runner.rendezvous_address = "10.77.0.99"  # on the bridge's subnet, but nobody's address
     t = time.monotonic()
     with pytest.raises(
         UsageError,
         match=r"host jdl-host-[ab] \(rank 0\) cannot reach this kernel's rendezvous server "
         r"on port \d+ at 10\.77\.0\.99",
     ):
-        session.launcher.run(FunctionWork(os.getpid), RunOptions(n=4))
+        session.runner.run(FunctionWork(os.getpid), RunOptions(n=4))
     assert time.monotonic() - t < 15
 
 
@@ -148,13 +148,13 @@ checksums = hvd.allgather_object(float(sum(abs(v.numpy()).sum() for v in model.t
 def test_balance_auto_gives_a_slowed_host_smaller_batches(session, digits, capsys):
     """Host b's processes share a fifth of one CPU (a CFS quota, whatever else the machine runs): with ranks on
     several hosts, --balance auto (the default) measures every rank and gives host b's ranks smaller batches."""
-    from jupyter_dl.launcher import CellWork
+    from jupyter_dl.launch.work import CellWork
     from jupyter_dl.options import RunOptions
 
     namespace = dict(digits)
     netns.slow_down(HOSTS[1][0], cpu_share=0.2)
     try:
-        result = session.launcher.run(CellWork(SLOW_HOST_CELL, namespace), RunOptions(n=4, timeout=600, plot=False))
+        result = session.runner.run(CellWork(SLOW_HOST_CELL, namespace), RunOptions(n=4, timeout=600, plot=False))
     finally:
         netns.remove_cgroup()
     line = next(l for l in capsys.readouterr().out.splitlines() if "per-rank batch sizes" in l)
@@ -180,7 +180,7 @@ model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation=
 model.compile("sgd", "sparse_categorical_crossentropy")
 model.fit(x_train, y_train, epochs=200, batch_size=8, verbose=0, callbacks=[CutHere()])
 """
-COLLECTIVE_TIMEOUT = 8  # seconds a rank waits for a peer in a collective (c.Launcher.collective_timeout)
+COLLECTIVE_TIMEOUT = 8  # seconds a rank waits for a peer in a collective (c.JobRunner.collective_timeout)
 
 
 def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(session, digits, tmp_path):
@@ -190,11 +190,11 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
     import threading
 
     from jupyter_dl.errors import HostLost
-    from jupyter_dl.launcher import CellWork, FunctionWork
+    from jupyter_dl.launch.work import CellWork, FunctionWork
     from jupyter_dl.options import RunOptions
 
     marker = str(tmp_path / "training")
-    session.launcher.collective_timeout = COLLECTIVE_TIMEOUT
+    session.runner.collective_timeout = COLLECTIVE_TIMEOUT
     cut = {}
 
     def cut_when_training():
@@ -208,7 +208,7 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
     cutter.start()
     try:
         with pytest.raises(HostLost) as error:
-            session.launcher.run(
+            session.runner.run(
                 CellWork(LINK_CUT_CELL, {**digits, "MARKER": marker}),
                 RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut"),
             )
@@ -222,7 +222,7 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
         assert f"host jdl-host-b (ranks {ranks}) stopped answering during the job" in message, message
         assert "\n" not in message and job.state == "failed" and job.error == "host jdl-host-b lost"
         # The next job goes to the engines still reachable, all on host a.
-        hosts = session.launcher.run(FunctionWork(_hostname_and_size, all_ranks=True), RunOptions(n=2)).results
+        hosts = session.runner.run(FunctionWork(_hostname_and_size, all_ranks=True), RunOptions(n=2)).results
         assert hosts == [("jdl-host-a", 2), ("jdl-host-a", 2)]
     finally:
         cutter.join(1)

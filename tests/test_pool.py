@@ -124,28 +124,28 @@ class _PinnedCluster:
 
 def test_ranks_go_to_the_engines_pinned_to_the_granted_gpus():
     from jupyter_dl.errors import UsageError
-    from jupyter_dl.launcher import Launcher
+    from jupyter_dl.launch.runner import JobRunner
 
-    launcher = Launcher(_PinnedCluster())
-    assert launcher._place(2, [("b", 1), ("a", 1)]) == [1, 3]  # host a's rank first: contiguous local ranks
-    assert launcher._place(2) == [0, 1]
+    runner = JobRunner(_PinnedCluster())
+    assert runner._place(2, [("b", 1), ("a", 1)]) == [1, 3]  # host a's rank first: contiguous local ranks
+    assert runner._place(2) == [0, 1]
     with pytest.raises(UsageError, match="the pool granted GPUs"):
-        launcher._place(2, [("c", 0), ("c", 1)])
+        runner._place(2, [("c", 0), ("c", 1)])
 
 
 def test_a_plan_for_one_device_kind_runs_on_engines_of_that_kind():
     from jupyter_dl.errors import UsageError
-    from jupyter_dl.launcher import Launcher
+    from jupyter_dl.launch.runner import JobRunner
 
-    launcher = Launcher(_PinnedCluster())
-    assert launcher._place(2, kind="gpu:Tesla T4") == [2, 3]
-    assert launcher._place(1, [("a", 1), ("b", 0)], kind="gpu:Tesla T4") == [2]
+    runner = JobRunner(_PinnedCluster())
+    assert runner._place(2, kind="gpu:Tesla T4") == [2, 3]
+    assert runner._place(1, [("a", 1), ("b", 0)], kind="gpu:Tesla T4") == [2]
     with pytest.raises(
         UsageError,
         match=r"the plan runs 3 ranks on gpu:Tesla T4, but the cluster has 2 such "
         r"engines \(2 x gpu:NVIDIA A100, 2 x gpu:Tesla T4\)",
     ):
-        launcher._place(3, kind="gpu:Tesla T4")
+        runner._place(3, kind="gpu:Tesla T4")
 
 
 def test_ticket_ids_never_repeat_after_reloading_older_state():

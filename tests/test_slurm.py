@@ -17,7 +17,7 @@ import ipyparallel as ipp
 import pytest
 
 from jupyter_dl.api import Session
-from jupyter_dl.launcher import FunctionWork
+from jupyter_dl.launch.work import FunctionWork
 from jupyter_dl.options import RunOptions
 
 
@@ -129,7 +129,7 @@ def test_engines_started_by_slurm_run_a_horovod_job(slurm, tmp_path):
         session.cluster.start_timeout = 120
         status = session.cluster.connect_file(cluster.cluster_file)
         session.cluster.client.wait_for_engines(2, timeout=120, interactive=False)
-        result = session.launcher.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
+        result = session.runner.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
         assert [r[:2] for r in result.results] == [(0, 2), (1, 2)]
         assert status["owned"] is False
         session.cluster.stop()  # only disconnects
@@ -183,7 +183,7 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
         subprocess.run(["scancel", blocker], check=True)
         starter.join(180)
         assert started["status"]["engines"] == 2 and started["status"]["launcher"] == "slurm"
-        result = session.launcher.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
+        result = session.runner.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
         assert [r[:2] for r in result.results] == [(0, 2), (1, 2)]
     finally:
         subprocess.run(["scancel", blocker])

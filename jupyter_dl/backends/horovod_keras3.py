@@ -16,14 +16,13 @@ Horovod, which matches tensors across ranks by name, would then wait forever.
 
 import dataclasses
 import functools
-import sys
 import zlib
+
+from .keras3_unsupported import Keras3Unsupported
 
 _installed = False
 
-
-class Keras3Unsupported(NotImplementedError):
-    """A Horovod API that cannot work on Keras 3; the message says what to use instead."""
+__all__ = ["Keras3Unsupported", "install"]
 
 
 def install():
@@ -434,167 +433,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     return model
 
 
-# ------------------------------------------------------------------------------------------------- callbacks
-
-_CALLBACKS: list = []
-
-
 def _callback_classes():
-    """Horovod's four Keras callbacks for Keras 3, defined once Keras is imported (this module is imported by the
-    kernel too, which must not pay for Keras)."""
-    if _CALLBACKS:
-        return _CALLBACKS
-    import keras
+    """Horovod's four Keras callbacks for Keras 3 (imported here, not at the top: they import Keras)."""
+    from . import horovod_keras3_callbacks as callbacks
 
-    class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-        """Rank root_rank's model and optimizer variables on every rank, once: before the first update when
-        Keras has built the optimizer by then (Keras 3 does), else after the first batch (Horovod's moment)."""
-
-        def __init__(self, root_rank, device="", local_variables=None):
-            super().__init__()
-            self.root_rank = root_rank
-            self.local_variables = list(local_variables or [])
-            self.broadcast_done = False
-
-        def register_local_var(self, var):
-            self.local_variables.append(var)
-
-        def _broadcast(self):
-            shared = [v for v in self.model.variables if not any(v is local for local in self.local_variables)]
-            optimizer = getattr(self.model, "optimizer", None)
-            if optimizer is not None:
-                shared += list(optimizer.variables)
-            broadcast_variables(shared, self.root_rank)
-            self.broadcast_done = True
-
-        def on_train_begin(self, logs=None):
-            optimizer = getattr(self.model, "optimizer", None)
-            if not self.broadcast_done and (optimizer is None or optimizer.built):
-                self._broadcast()
-
-        def on_batch_end(self, batch, logs=None):
-            if not self.broadcast_done:
-                self._broadcast()
-
-    class MetricAverageCallback(keras.callbacks.Callback):
-        """Epoch metrics averaged over ranks, in place: callbacks after this one and History see the average."""
-
-        def __init__(self, device=""):
-            super().__init__()
-
-        def on_epoch_end(self, epoch, logs=None):
-            from .horovod import average_scalars
-
-            if logs:
-                names = sorted(logs)  # the same order on every rank
-                averaged = average_scalars([float(logs[n]) for n in names], name="jdl.hvd_metrics")
-                logs.update(zip(names, averaged))
-
-    class LearningRateScheduleCallback(keras.callbacks.Callback):
-        """Horovod's schedule, lr = initial_lr * multiplier(epoch), on a Keras 3 optimizer."""
-
-        def __init__(
-            self,
-            initial_lr,
-            multiplier,
-            start_epoch=0,
-            end_epoch=None,
-            staircase=True,
-            momentum_correction=True,
-            steps_per_epoch=None,
-        ):
-            super().__init__()
-            if initial_lr is None:
-                raise ValueError("Parameter `initial_lr` is required")
-            self.initial_lr = initial_lr
-            self.multiplier = (
-                multiplier if callable(multiplier) else (lambda epoch: multiplier ** (epoch - start_epoch))
-            )
-            self.start_epoch, self.end_epoch, self.staircase = start_epoch, end_epoch, staircase
-            self.momentum_correction = momentum_correction
-            self.steps_per_epoch = steps_per_epoch
-            self.current_epoch = 0
-
-        def _set_lr(self, epoch):
-            optimizer = self.model.optimizer
-            if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-                raise Keras3Unsupported(
-                    f"{type(self).__name__}: the optimizer's learning rate is a "
-                    "LearningRateSchedule; use the schedule or this callback, not both"
-                )
-            optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
-
-        def on_train_begin(self, logs=None):
-            if not self.staircase and not self.steps_per_epoch:
-                self.steps_per_epoch = self.params.get("steps")
-                if not self.steps_per_epoch:
-                    raise ValueError(f"{type(self).__name__}: pass steps_per_epoch (Keras did not report it)")
-            if self.momentum_correction and getattr(self.model.optimizer, "momentum", 0) and _is_rank0():
-                # Keras 3 bakes an optimizer's momentum into the compiled step as a constant: it cannot follow.
-                print(
-                    f"[jupyter-dl] {type(self).__name__}: momentum correction is not applied on Keras 3 "
-                    "(pass momentum_correction=False to silence this)",
-                    file=sys.stderr,
-                )
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.current_epoch = epoch
-
-        def on_batch_begin(self, batch, logs=None):
-            epoch = self.current_epoch
-            if epoch < self.start_epoch or (self.end_epoch is not None and epoch >= self.end_epoch):
-                return
-            if not self.staircase:
-                self._set_lr(epoch + batch / self.steps_per_epoch)
-            elif batch == 0:
-                self._set_lr(epoch)
-
-        def on_epoch_end(self, epoch, logs=None):
-            if logs is not None:
-                logs["lr"] = float(self.model.optimizer.learning_rate.numpy())
-
-    class LearningRateWarmupCallback(LearningRateScheduleCallback):
-        """Goyal et al.'s gradual warmup, as Horovod's: from initial_lr / size up to initial_lr."""
-
-        def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
-            super().__init__(
-                initial_lr,
-                self._warmup,
-                start_epoch=0,
-                end_epoch=warmup_epochs,
-                staircase=False,
-                momentum_correction=momentum_correction,
-                steps_per_epoch=steps_per_epoch,
-            )
-            self.warmup_epochs = warmup_epochs
-            self.verbose = verbose
-
-        def _warmup(self, epoch):
-            import horovod.tensorflow as hvd
-
-            epoch += 1.0 / self.steps_per_epoch  # the warmup's last batch reaches initial_lr exactly
-            return (epoch * (hvd.size() - 1) / self.warmup_epochs + 1) / hvd.size()
-
-        def on_epoch_end(self, epoch, logs=None):
-            super().on_epoch_end(epoch, logs)
-            if epoch == self.warmup_epochs - 1 and self.verbose and _is_rank0():
-                print(
-                    f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
-                    f"{float(self.model.optimizer.learning_rate.numpy()):g}."
-                )
-
-    _CALLBACKS.extend(
-        [
-            BroadcastGlobalVariablesCallback,
-            MetricAverageCallback,
-            LearningRateScheduleCallback,
-            LearningRateWarmupCallback,
-        ]
-    )
-    return _CALLBACKS
-
-
-def _is_rank0():
-    import horovod.tensorflow as hvd
-
-    return hvd.rank() == 0
+    return [getattr(callbacks, name) for name in callbacks.__all__]

@@ -5,54 +5,19 @@ failing line. Exit 1 when something blocks jobs (FAIL); warnings (sidebar, NCCL)
 
 import importlib.metadata
 import importlib.util
-import json
 import os
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from traitlets import Float, Unicode
 from traitlets.config import Application
 
 from .._version import __version__
+from .checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
+from .stack_checks import finish_probe, stack_checks, start_probe
 
-OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "-"
-MIN_TF = (2, 16)
 MIN_IPP = (9, 2)
 MIN_PY = (3, 10)
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    found: str
-    fix: str = ""
-
-
-def _version_tuple(text):
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def dist_version(*names):
-    """The installed version of the first of these distributions that is installed, or None."""
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _pip(spec):
-    return f"{sys.executable} -m pip install '{spec}'"
 
 
 def _horovod_has_tf_ops():
@@ -78,77 +43,6 @@ def load_hint(stream=None):
     return missing
 
 
-# Runs in a child process: a Horovod built against another TensorFlow can crash the importer, not just raise.
-_PROBE = r"""
-import json, os, sys
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-out = {}
-try:
-    import tensorflow as tf
-    out["tf"] = tf.__version__
-    out["build"] = {k: (v if isinstance(v, (str, bool, int)) else str(v))
-                    for k, v in dict(tf.sysconfig.get_build_info()).items()}
-    out["gpus"] = []
-    for d in tf.config.list_physical_devices("GPU"):
-        try:
-            name = tf.config.experimental.get_device_details(d).get("device_name", d.name)
-        except Exception:
-            name = d.name
-        out["gpus"].append(name)
-except Exception as e:
-    out["tf_error"] = f"{type(e).__name__}: {e}"
-try:
-    import keras
-    out["keras"] = keras.__version__
-except Exception as e:
-    out["keras_error"] = f"{type(e).__name__}: {e}"
-try:
-    import horovod
-    out["hvd"] = horovod.__version__
-    import horovod.tensorflow as hvd
-    out["hvd_tf"] = True
-    out["gloo"] = bool(hvd.gloo_built())
-    out["nccl"] = bool(hvd.nccl_built())
-    out["mpi"] = bool(hvd.mpi_built())
-except ImportError as e:
-    out.setdefault("hvd_error", f"{type(e).__name__}: {e}")
-except Exception as e:
-    out["hvd_error"] = f"{type(e).__name__}: {e}"
-sys.stdout.write("\n@@probe@@" + json.dumps(out))
-"""
-
-
-def _start_probe():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.Popen(
-        [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/"
-    )
-
-
-def _finish_probe(proc, timeout):
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return {"probe_error": f"importing TensorFlow/Horovod took over {timeout:.0f} s"}
-    if "@@probe@@" not in stdout:
-        last = (stderr.strip().splitlines() or ["no output"])[-1]
-        return {"probe_error": f"importing TensorFlow/Horovod crashed (exit {proc.returncode}): {last[:200]}"}
-    return json.loads(stdout.rsplit("@@probe@@", 1)[1])
-
-
-def _driver_version():
-    try:
-        text = Path("/proc/driver/nvidia/version").read_text()
-        for word in text.split():
-            if _version_tuple(word)[:1] and word.count(".") >= 1 and word[0].isdigit():
-                return word
-    except OSError:
-        pass
-    return None
-
-
 def python_check():
     found = f"{sys.version.split()[0]} ({sys.executable})"
     if sys.version_info[:2] < MIN_PY:
@@ -156,118 +50,12 @@ def python_check():
     return Check("Python", OK, found)
 
 
-def stack_checks(probe):
-    """TensorFlow, Keras, Horovod and its build flags, GPUs and CUDA, from the child process's report."""
-    checks = []
-    tf_version = probe.get("tf") or dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
-    if probe.get("probe_error"):
-        checks.append(
-            Check(
-                "TensorFlow / Horovod import",
-                FAIL,
-                probe["probe_error"],
-                "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild",
-            )
-        )
-    if not tf_version:
-        checks.append(Check("TensorFlow", FAIL, "not installed", _pip("tensorflow>=2.16")))
-    elif probe.get("tf_error"):
-        checks.append(
-            Check(
-                "TensorFlow",
-                FAIL,
-                f"{tf_version}, import fails: {probe['tf_error'][:120]}",
-                _pip(f"tensorflow=={tf_version}") + " --force-reinstall",
-            )
-        )
-    elif _version_tuple(tf_version) < MIN_TF:
-        checks.append(
-            Check("TensorFlow", FAIL, tf_version, _pip("tensorflow>=2.16") + " (then jupyter-dl install-horovod)")
-        )
-    else:
-        checks.append(Check("TensorFlow", OK, tf_version))
-    keras_version = probe.get("keras") or dist_version("keras")
-    if keras_version:
-        checks.append(
-            Check(
-                "Keras",
-                OK if _version_tuple(keras_version) >= (3,) else WARN,
-                keras_version,
-                "" if _version_tuple(keras_version) >= (3,) else _pip("keras>=3"),
-            )
-        )
-    elif tf_version:
-        checks.append(Check("Keras", FAIL, "not importable", _pip("keras>=3")))
-
-    hvd_version = probe.get("hvd") or dist_version("horovod")
-    gpus = probe.get("gpus") or []
-    if not hvd_version:
-        checks.append(Check("Horovod", FAIL, "not installed", "jupyter-dl install-horovod"))
-    elif not probe.get("hvd_tf"):
-        why = probe.get("hvd_error") or "horovod.tensorflow does not import"
-        checks.append(
-            Check(
-                "Horovod with TensorFlow",
-                FAIL,
-                f"{hvd_version}: {why[:140]}",
-                "jupyter-dl install-horovod --rebuild (builds it against this TensorFlow)",
-            )
-        )
-    else:
-        checks.append(Check("Horovod with TensorFlow", OK, hvd_version))
-        checks.append(
-            Check(
-                "Horovod gloo",
-                OK if probe.get("gloo") else FAIL,
-                "built" if probe.get("gloo") else "not built (jupyter-dl runs ranks over gloo)",
-                "" if probe.get("gloo") else "jupyter-dl install-horovod --rebuild",
-            )
-        )
-        if probe.get("nccl"):
-            checks.append(Check("Horovod NCCL", OK, "built (GPU allreduce)"))
-        elif gpus:
-            checks.append(
-                Check(
-                    "Horovod NCCL",
-                    WARN,
-                    "not built: GPU gradients are averaged over gloo (slower)",
-                    "HOROVOD_GPU_OPERATIONS=NCCL jupyter-dl install-horovod --rebuild",
-                )
-            )
-        else:
-            checks.append(Check("Horovod NCCL", INFO, "not built (not needed without GPUs)"))
-
-    build = probe.get("build") or {}
-    driver = _driver_version()
-    if "tf" in probe:
-        if gpus:
-            checks.append(Check("GPUs (TensorFlow)", OK, f"{len(gpus)}: {', '.join(gpus)}"))
-        elif driver:
-            checks.append(
-                Check(
-                    "GPUs (TensorFlow)",
-                    WARN,
-                    f"none visible, though NVIDIA driver {driver} is loaded",
-                    _pip(f"tensorflow[and-cuda]=={tf_version}"),
-                )
-            )
-        else:
-            checks.append(Check("GPUs (TensorFlow)", INFO, "none: ranks run on CPU"))
-        cuda = (
-            f"TF built with CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
-            if build.get("is_cuda_build")
-            else "TF built without CUDA"
-        )
-        checks.append(Check("Driver / CUDA", INFO if not gpus else OK, f"driver {driver or 'none'}; {cuda}"))
-    return checks
-
-
 def ipyparallel_check():
     version = dist_version("ipyparallel")
     if not version:
-        return Check("ipyparallel", FAIL, "not installed", _pip("ipyparallel>=9.2"))
-    if _version_tuple(version) < MIN_IPP:
-        return Check("ipyparallel", FAIL, version, _pip("ipyparallel>=9.2"))
+        return Check("ipyparallel", FAIL, "not installed", pip_command("ipyparallel>=9.2"))
+    if version_tuple(version) < MIN_IPP:
+        return Check("ipyparallel", FAIL, version, pip_command("ipyparallel>=9.2"))
     return Check("ipyparallel", OK, version)
 
 
@@ -288,7 +76,7 @@ def extension_checks():
                     "Lab extension (jobs panel)",
                     WARN,
                     "not installed",
-                    _pip("jupyter_dl") + " --force-reinstall (the wheel carries it)",
+                    pip_command("jupyter_dl") + " --force-reinstall (the wheel carries it)",
                 )
             )
         elif "jupyter-dl" in disabled:
@@ -312,7 +100,9 @@ def extension_checks():
         else:
             checks.append(Check("Lab extension (jobs panel)", OK, f"{ext['version']} enabled ({ext['ext_path']})"))
     except ImportError:
-        checks.append(Check("Lab extension (jobs panel)", WARN, "JupyterLab not installed", _pip("jupyterlab>=4")))
+        checks.append(
+            Check("Lab extension (jobs panel)", WARN, "JupyterLab not installed", pip_command("jupyterlab>=4"))
+        )
     try:
         from jupyter_core.paths import jupyter_config_path
         from jupyter_server.extension.config import ExtensionConfigManager
@@ -331,13 +121,13 @@ def extension_checks():
             )
     except ImportError:
         checks.append(
-            Check("Server extension (jobs API)", WARN, "jupyter_server not installed", _pip("jupyter_server>=2"))
+            Check("Server extension (jobs API)", WARN, "jupyter_server not installed", pip_command("jupyter_server>=2"))
         )
     return checks
 
 
 def configured_pool_url():
-    """(url, where it came from): $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url in the IPython kernel config."""
+    """(url, where it came from): $JUPYTER_DL_POOL_URL, else c.JobRunner.pool_url in the IPython kernel config."""
     if os.environ.get("JUPYTER_DL_POOL_URL"):
         return os.environ["JUPYTER_DL_POOL_URL"], "$JUPYTER_DL_POOL_URL"
     from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, PyFileConfigLoader
@@ -363,7 +153,8 @@ def configured_pool_url():
                     continue
                 except Exception:  # a broken config file is the kernel's problem to report, not ours
                     continue
-                url = config.get("Launcher", {}).get("pool_url")
+                # c.Launcher is the section's name before the rename; the kernel still reads it.
+                url = config.get("JobRunner", {}).get("pool_url") or config.get("Launcher", {}).get("pool_url")
                 if url:
                     return url, os.path.join(folder, filename)
     return "", ""
@@ -405,13 +196,13 @@ def pool_check(url, source, timeout):
 
 
 def run_checks(pool_url="", timeout=5.0, probe_timeout=180.0):
-    proc = _start_probe()  # the slow part (TensorFlow import) runs while the rest is read
+    proc = start_probe()  # the slow part (TensorFlow import) runs while the rest is read
     try:
         checks = [python_check(), ipyparallel_check(), *extension_checks()]
         url, source = (pool_url, "--pool-url") if pool_url else configured_pool_url()
         checks.append(pool_check(url, source, timeout))
     finally:
-        probe = _finish_probe(proc, probe_timeout)
+        probe = finish_probe(proc, probe_timeout)
     return [checks[0], *stack_checks(probe), *checks[1:]]
 
 
@@ -432,7 +223,7 @@ class DoctorApp(Application):
     description = "What jupyter-dl needs and what this environment has; exit 1 when something blocks jobs."
     pool_url = Unicode(
         "",
-        help="Pool service URL to check. Empty: $JUPYTER_DL_POOL_URL, else c.Launcher.pool_url "
+        help="Pool service URL to check. Empty: $JUPYTER_DL_POOL_URL, else c.JobRunner.pool_url "
         "from the IPython kernel configuration.",
     ).tag(config=True)
     timeout = Float(5.0, help="Seconds to wait for the pool service to answer.").tag(config=True)

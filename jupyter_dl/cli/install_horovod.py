@@ -22,7 +22,7 @@ from traitlets import Bool, Integer, Unicode, validate
 from traitlets.config import Application
 
 from .._version import __version__
-from .doctor import dist_version
+from .checks import dist_version
 
 BUILD_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel")  # setup.py imports, no isolation
 RUNTIME_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging")

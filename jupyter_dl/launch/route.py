@@ -4,7 +4,7 @@
 def route(cluster, ids, port, rendezvous_address="", network_interface="", probe_timeout=10.0):
     """(rendezvous address, gloo interface per rank). Ranks all on this host talk over loopback; ranks elsewhere
     probe which of this host's addresses they reach, and through which of their own interfaces. The two settings
-    are Launcher.rendezvous_address and Launcher.network_interface (empty: found as described)."""
+    are JobRunner.rendezvous_address and JobRunner.network_interface (empty: found as described)."""
     n = len(ids)
     if cluster.all_local(ids):
         return rendezvous_address or "127.0.0.1", [network_interface or "lo"] * n

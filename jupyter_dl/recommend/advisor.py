@@ -120,7 +120,7 @@ class Advisor(Configurable):
 
             gpus = names()
             counts = {f"gpu:{n}": gpus.count(n) for n in sorted(set(gpus))} or {"cpu": cluster.default_size()}
-        pool, _ = self.session.launcher.active_pool()
+        pool, _ = self.session.runner.pools.active()
         free = pool.summary()["free"] if pool is not None else None
         if free:  # with none free, a plan of any size waits its turn: the engines still bound the choice
             counts = {kind: min(count, free) for kind, count in counts.items()}
@@ -144,13 +144,13 @@ class Advisor(Configurable):
         if self._interconnect is None:
             cluster = self.session.cluster
             if cluster.client is not None and len(cluster.engine_ids()) >= 2:
-                from ..launcher import FunctionWork
+                from ..launch.work import FunctionWork
                 from ..options import RunOptions
 
                 # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
                 options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
                 work = FunctionWork(backend.measure_allreduce)
-                self._interconnect = self.session.launcher.run(work, options).results[0]
+                self._interconnect = self.session.runner.run(work, options).results[0]
             else:
                 self._interconnect = (self.default_bandwidth_gb_s * 1e9, 50e-6)
         return self._interconnect
@@ -190,13 +190,13 @@ class Advisor(Configurable):
 
     def probe_model(self, model, x, y, batch_size):
         """Profile a notebook model on one engine (its own copy) at 1, 2 and 4 times the batch size."""
-        from ..launcher import FunctionWork
+        from ..launch.work import FunctionWork
         from ..options import RunOptions
 
         largest = batch_size * 4
         work = FunctionWork(_probe_on_engine, (model, x[:largest], y[:largest], batch_size))
         options = RunOptions(n=1, manual=True, plot=False, name="recommend-probe")
-        return self.session.launcher.run(work, options).results[0]
+        return self.session.runner.run(work, options).results[0]
 
 
 def _probe_on_engine(model, x, y, batch_size):

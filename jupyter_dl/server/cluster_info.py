@@ -8,10 +8,9 @@ import glob
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 
+from ..gpus import stats as gpu_stats  # noqa: F401  (the REST cluster view's GPU readings)
 from ..processes import pid_running
 
 # Clusters a jupyter-dl kernel starts are named after the kernel's pid (cluster.py): jupyter-dl-<pid>-<n>.
@@ -101,32 +100,3 @@ def _controller_alive(controller: dict) -> bool:
 
 def pid_alive(pid: int) -> bool:
     return pid_running(pid)
-
-
-def gpu_stats():
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        text = subprocess.run(
-            [smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in text.strip().splitlines():
-        index, name, util, used, total = [part.strip() for part in line.split(",")]
-        gpus.append(
-            {
-                "index": int(index),
-                "name": name,
-                "utilization": float(util),
-                "memory_used_mb": float(used),
-                "memory_total_mb": float(total),
-            }
-        )
-    return gpus

@@ -1,0 +1,203 @@
+"""`jupyter-dl doctor`'s TensorFlow, Keras, Horovod and GPU lines, from a child process that imports them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
+
+MIN_TF = (2, 16)
+
+
+# Runs in a child process: a Horovod built against another TensorFlow can crash the importer, not just raise.
+_PROBE = r"""
+import json, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+out = {}
+try:
+    import tensorflow as tf
+    out["tf"] = tf.__version__
+    out["build"] = {k: (v if isinstance(v, (str, bool, int)) else str(v))
+                    for k, v in dict(tf.sysconfig.get_build_info()).items()}
+    out["gpus"] = []
+    for d in tf.config.list_physical_devices("GPU"):
+        try:
+            name = tf.config.experimental.get_device_details(d).get("device_name", d.name)
+        except Exception:
+            name = d.name
+        out["gpus"].append(name)
+except Exception as e:
+    out["tf_error"] = f"{type(e).__name__}: {e}"
+try:
+    import keras
+    out["keras"] = keras.__version__
+except Exception as e:
+    out["keras_error"] = f"{type(e).__name__}: {e}"
+try:
+    import horovod
+    out["hvd"] = horovod.__version__
+    import horovod.tensorflow as hvd
+    out["hvd_tf"] = True
+    out["gloo"] = bool(hvd.gloo_built())
+    out["nccl"] = bool(hvd.nccl_built())
+    out["mpi"] = bool(hvd.mpi_built())
+except ImportError as e:
+    out.setdefault("hvd_error", f"{type(e).__name__}: {e}")
+except Exception as e:
+    out["hvd_error"] = f"{type(e).__name__}: {e}"
+sys.stdout.write("\n@@probe@@" + json.dumps(out))
+"""
+
+
+def start_probe():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.Popen(
+        [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/"
+    )
+
+
+def finish_probe(proc, timeout):
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"probe_error": f"importing TensorFlow/Horovod took over {timeout:.0f} s"}
+    if "@@probe@@" not in stdout:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        return {"probe_error": f"importing TensorFlow/Horovod crashed (exit {proc.returncode}): {last[:200]}"}
+    return json.loads(stdout.rsplit("@@probe@@", 1)[1])
+
+
+def driver_version():
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        for word in text.split():
+            if version_tuple(word)[:1] and word.count(".") >= 1 and word[0].isdigit():
+                return word
+    except OSError:
+        pass
+    return None
+
+
+def stack_checks(probe):
+    """TensorFlow, Keras, Horovod and its build flags, GPUs and CUDA, from the child process's report."""
+    tf_version = probe.get("tf") or dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
+    return tensorflow_checks(probe, tf_version) + horovod_checks(probe) + device_checks(probe, tf_version)
+
+
+def tensorflow_checks(probe, tf_version):
+    checks = []
+    if probe.get("probe_error"):
+        checks.append(
+            Check(
+                "TensorFlow / Horovod import",
+                FAIL,
+                probe["probe_error"],
+                "reinstall Horovod against this TensorFlow: jupyter-dl install-horovod --rebuild",
+            )
+        )
+    if not tf_version:
+        checks.append(Check("TensorFlow", FAIL, "not installed", pip_command("tensorflow>=2.16")))
+    elif probe.get("tf_error"):
+        checks.append(
+            Check(
+                "TensorFlow",
+                FAIL,
+                f"{tf_version}, import fails: {probe['tf_error'][:120]}",
+                pip_command(f"tensorflow=={tf_version}") + " --force-reinstall",
+            )
+        )
+    elif version_tuple(tf_version) < MIN_TF:
+        checks.append(
+            Check(
+                "TensorFlow", FAIL, tf_version, pip_command("tensorflow>=2.16") + " (then jupyter-dl install-horovod)"
+            )
+        )
+    else:
+        checks.append(Check("TensorFlow", OK, tf_version))
+    keras_version = probe.get("keras") or dist_version("keras")
+    if keras_version:
+        checks.append(
+            Check(
+                "Keras",
+                OK if version_tuple(keras_version) >= (3,) else WARN,
+                keras_version,
+                "" if version_tuple(keras_version) >= (3,) else pip_command("keras>=3"),
+            )
+        )
+    elif tf_version:
+        checks.append(Check("Keras", FAIL, "not importable", pip_command("keras>=3")))
+    return checks
+
+
+def horovod_checks(probe):
+    checks = []
+    hvd_version = probe.get("hvd") or dist_version("horovod")
+    gpus = probe.get("gpus") or []
+    if not hvd_version:
+        checks.append(Check("Horovod", FAIL, "not installed", "jupyter-dl install-horovod"))
+    elif not probe.get("hvd_tf"):
+        why = probe.get("hvd_error") or "horovod.tensorflow does not import"
+        checks.append(
+            Check(
+                "Horovod with TensorFlow",
+                FAIL,
+                f"{hvd_version}: {why[:140]}",
+                "jupyter-dl install-horovod --rebuild (builds it against this TensorFlow)",
+            )
+        )
+    else:
+        checks.append(Check("Horovod with TensorFlow", OK, hvd_version))
+        checks.append(
+            Check(
+                "Horovod gloo",
+                OK if probe.get("gloo") else FAIL,
+                "built" if probe.get("gloo") else "not built (jupyter-dl runs ranks over gloo)",
+                "" if probe.get("gloo") else "jupyter-dl install-horovod --rebuild",
+            )
+        )
+        if probe.get("nccl"):
+            checks.append(Check("Horovod NCCL", OK, "built (GPU allreduce)"))
+        elif gpus:
+            checks.append(
+                Check(
+                    "Horovod NCCL",
+                    WARN,
+                    "not built: GPU gradients are averaged over gloo (slower)",
+                    "HOROVOD_GPU_OPERATIONS=NCCL jupyter-dl install-horovod --rebuild",
+                )
+            )
+        else:
+            checks.append(Check("Horovod NCCL", INFO, "not built (not needed without GPUs)"))
+    return checks
+
+
+def device_checks(probe, tf_version):
+    checks = []
+    gpus = probe.get("gpus") or []
+    build = probe.get("build") or {}
+    driver = driver_version()
+    if "tf" in probe:
+        if gpus:
+            checks.append(Check("GPUs (TensorFlow)", OK, f"{len(gpus)}: {', '.join(gpus)}"))
+        elif driver:
+            checks.append(
+                Check(
+                    "GPUs (TensorFlow)",
+                    WARN,
+                    f"none visible, though NVIDIA driver {driver} is loaded",
+                    pip_command(f"tensorflow[and-cuda]=={tf_version}"),
+                )
+            )
+        else:
+            checks.append(Check("GPUs (TensorFlow)", INFO, "none: ranks run on CPU"))
+        cuda = (
+            f"TF built with CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
+            if build.get("is_cuda_build")
+            else "TF built without CUDA"
+        )
+        checks.append(Check("Driver / CUDA", INFO if not gpus else OK, f"driver {driver or 'none'}; {cuda}"))
+    return checks

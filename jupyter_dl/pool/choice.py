@@ -1,0 +1,65 @@
+"""Kernel side: which GPU pool a job takes its GPUs from, and the lease that holds them while it runs.
+
+The pool service when one is configured (shared JupyterHub), else the embedded pool this user's kernels share when
+jobs run on this host's own GPU engines, else none (CPU engines, or the embedded pool turned off)."""
+
+import contextlib
+
+from .local import LocalPool
+
+
+class PoolChoice:
+    def __init__(self, url: str, use_local_pool: bool, cluster, local_pool: LocalPool):
+        self.url = url
+        self.use_local_pool = use_local_pool
+        self.cluster = cluster
+        self.local_pool = local_pool
+
+    def active(self):
+        """(pool, description), or (None, "") when jobs take no pool's GPUs."""
+        if self.url:
+            from .client import PoolClient
+
+            return PoolClient(self.url), f"service {self.url}"
+        if self.use_local_pool and self.cluster.local and self.local_pool.active:
+            return self.local_pool, f"embedded ({self.local_pool.path()})"
+        return None, ""
+
+    def lease(self, job, n, stderr, kind=None):
+        """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool."""
+        from .lease import PoolLease
+
+        pool, _ = self.active()
+        if pool is None or kind == "cpu":  # a plan for CPU ranks needs no GPU
+            return contextlib.nullcontext()
+        if pool is not self.local_pool:
+            return PoolLease(pool, n, job, job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}", stderr)
+        return PoolLease(pool, n, job, pool.owner, stderr, allowed=self._engine_gpus(n, kind))
+
+    def _engine_gpus(self, n, kind):
+        """(host, GPU) pairs this kernel's engines are pinned to, of the plan's kind when a recommendation chose one:
+        an embedded-pool grant must be among them."""
+        if self.cluster.client is None:
+            self.cluster.ensure(n)  # the engines first
+        ids = self.cluster.engine_ids()
+        kinds = self.cluster.kinds(ids) if kind else [None] * len(ids)
+        return [
+            (info["hostname"], int(info["gpu"]))
+            for info, engine_kind in zip(self.cluster.describe(ids), kinds)
+            if info.get("gpu") and engine_kind in (kind, None)
+        ]
+
+    def status(self) -> str:
+        """One line on the GPU pool jobs started here use, or '' when none."""
+        pool, description = self.active()
+        if pool is None:
+            return ""
+        try:
+            summary = pool.summary()
+        except Exception as exc:  # a status line must not fail because the pool service is down
+            return f"GPU pool, {description}: not reachable ({exc})"
+        queued = summary["queued"]
+        return (
+            f"GPU pool, {description}: {summary['free']} of {summary['gpus']} GPUs free, "
+            f"{queued} job{'s' if queued != 1 else ''} queued"
+        )
