@@ -16,7 +16,7 @@ import time
 from traitlets import Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from . import cluster_reaper, gpus
+from . import cluster_reaper, gpus, scheduler_queue, ssh_engines
 from .errors import UsageError
 from .processes import pid_running
 
@@ -77,6 +77,7 @@ class ClusterManager(Configurable):
         self._launcher = "local"
         self._engine_sets = []  # ipyparallel engine set ids, newest last
         self._reaper = None  # the process that ends our controller if this kernel dies
+        self._progress = None  # ensure()'s progress(text) while engines register
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -117,7 +118,7 @@ class ClusterManager(Configurable):
                 f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge or lsf"
             ) from None
         if engines == "ssh":
-            hosts = self._prepare_ssh(cluster)
+            hosts = ssh_engines.prepare(cluster)
             n = cluster.n = requested or sum(hosts.values())
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
@@ -134,46 +135,10 @@ class ClusterManager(Configurable):
             raise
         return self.status()
 
-    # ------------------------------------------------------------------------------------------ ssh engines
-    @staticmethod
-    def _configured(config, classes, name) -> bool:
-        """Whether `config` sets trait `name` on any of `classes` (traitlets config sections by class name)."""
-        return any(cls.__name__ in config and name in config[cls.__name__] for cls in classes)
-
-    def _prepare_ssh(self, cluster) -> dict:
-        """{host: engines} from ipyparallel's c.SSHEngineSetLauncher.engines, refused when empty before any process
-        starts (ipyparallel would start no engine and the wait would only time out); and the controller pointed at
-        this host's address on its route to them: ipyparallel's default, loopback, is out of their reach.
-        c.Cluster.controller_ip / controller_location override that."""
-        from ipyparallel.cluster.launcher import SSHEngineSetLauncher
-
-        from . import network
-
-        hosts = SSHEngineSetLauncher(config=cluster.config).engines
-        if not hosts:
-            raise UsageError(
-                "--engines ssh needs a host list: set c.SSHEngineSetLauncher.engines = {'host1': 2, "
-                "'host2': 2} (engines per host) in your IPython or ipcluster config"
-            )
-        if not self._configured(cluster.config, [type(cluster)], "controller_ip"):
-            cluster.controller_ip = network.address_toward([network.ssh_target(host) for host in hosts])
-            if not self._configured(cluster.config, [type(cluster)], "controller_location"):
-                cluster.controller_location = cluster.controller_ip
-        return {host: spec.get("n", 1) if isinstance(spec, dict) else int(spec) for host, spec in hosts.items()}
-
-    def _ssh_engine_options(self) -> dict:
-        """Launcher settings the SSH engines need unless configured: this kernel's Python, which has jupyter-dl,
-        Horovod and ipyparallel, at the same path on the other hosts (a shared filesystem or image)."""
-        from ipyparallel.cluster.launcher import SSHEngineSetLauncher
-
-        if self._configured(self.cluster.config, SSHEngineSetLauncher.mro(), "remote_python"):
-            return {}
-        return {"remote_python": sys.executable}
-
     def _start_engines(self, n, devices=()):
         self._expected += n
         if self._launcher != "local":
-            extra = self._ssh_engine_options() if self._launcher == "ssh" else {}
+            extra = ssh_engines.engine_options(self.cluster.config) if self._launcher == "ssh" else {}
             if hasattr(self.cluster.engine_launcher_class, "batch_file_name"):
                 # A scheduler's batch script goes with the cluster's files, not into the notebook's folder.
                 extra["batch_file_name"] = os.path.join(
@@ -314,8 +279,16 @@ class ClusterManager(Configurable):
                 f"P, or %dl_cluster start --engines slurm)"
             )
 
-    def ensure(self, n):
-        """A client with at least n live engines; starts the embedded cluster (or grows it) on demand."""
+    def ensure(self, n, progress=None):
+        """A client with at least n live engines; starts the embedded cluster (or grows it) on demand.
+        progress(text), when given, hears how many engines have registered while they start."""
+        self._progress = progress
+        try:
+            return self._ensure(n)
+        finally:
+            self._progress = None
+
+    def _ensure(self, n):
         if self.client is not None and self.owned and not self._controller_running():
             # Stopped from outside this kernel (the jobs panel's Stop): the old client would wait forever.
             print(
@@ -351,8 +324,12 @@ class ClusterManager(Configurable):
         queued_since = running_since = checked = time.monotonic()
         pending = self._scheduler_pending()
         shown = ""
+        registered = -1
         while len(self.engine_ids()) < n:
             now = time.monotonic()
+            if self._progress is not None and len(self.engine_ids()) != registered:
+                registered = len(self.engine_ids())
+                self._progress(f"starting the cluster: {registered}/{n} engines registered")
             if now - checked >= 1.0:
                 pending, checked = self._scheduler_pending(), now
             if pending:
@@ -376,28 +353,11 @@ class ClusterManager(Configurable):
             time.sleep(0.1)
 
     def _scheduler_pending(self) -> str:
-        """Why the newest engine set waits in a scheduler's queue ('Slurm job 12 PENDING (Resources)'), or ''
-        once it runs. Slurm is asked with squeue; other batch systems (PBS, SGE, LSF) are taken to be queued for as
-        long as no engine of the set has registered, so only queue_timeout bounds their wait."""
-        import subprocess
-
+        """Why the newest engine set waits in a scheduler's queue, or '' once it runs (scheduler_queue.py)."""
         if self._launcher == "local" or not self._engine_sets:
             return ""
-        launcher = self.cluster.engines.get(self._engine_sets[-1])
-        job_id = getattr(launcher, "job_id", "")
-        if not job_id:
-            return ""  # not a batch system (mpi, ssh): its engines start at once
-        if self._launcher != "slurm":
-            return "" if self.engine_ids() else f"{self._launcher} job {job_id} submitted"
-        try:
-            out = subprocess.run(
-                ["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True, timeout=30
-            ).stdout.split(maxsplit=1)
-        except (OSError, subprocess.SubprocessError):
-            return f"Slurm job {job_id} (squeue did not answer)"
-        if out and out[0] in ("PENDING", "CONFIGURING"):  # configuring: its nodes are still booting
-            return f"Slurm job {job_id} {out[0]} ({out[1].strip() if len(out) > 1 else 'no reason given'})"
-        return ""
+        engine_set = self.cluster.engines.get(self._engine_sets[-1])
+        return scheduler_queue.pending(self._launcher, engine_set, bool(self.engine_ids()))
 
     def describe(self, ids):
         """Hostname and pid of each engine (asked once per engine)."""
@@ -479,27 +439,6 @@ class ClusterManager(Configurable):
             # What the engines are pinned to, in index order (the same index on several hosts is listed once).
             "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}, key=lambda g: (len(g), g)),
             "launcher": self._launcher if self.owned else None,
-        }
-
-    def silent_hosts(self, ids, hosts, timeout=2.0) -> dict:
-        """{hostname: [rank, ...]} of the job's hosts where no engine answers a no-op within `timeout` while
-        ipyparallel still lists them: a host cut off from this kernel (link down, host frozen). An engine that died
-        or was killed is unlisted by its nanny within about a second, so a killed rank does not make its host look
-        lost; the controller itself only notices a silent host after its heartbeats fail for ~30 s."""
-        listed = set(self.client.ids) if self.client is not None else set()
-        asked = {eid: self.client[eid].apply_async(os.getpid) for eid in ids if eid in listed}
-        deadline = time.monotonic() + timeout
-        for reply in asked.values():
-            reply.wait(max(0.0, deadline - time.monotonic()))
-        still_listed = set(self.client.ids) if asked else set()
-        silent = {eid for eid, reply in asked.items() if not reply.ready() and eid in still_listed}
-        by_host: dict = {}
-        for rank, (eid, host) in enumerate(zip(ids, hosts)):
-            by_host.setdefault(host, []).append((rank, eid))
-        return {
-            host: [rank for rank, _ in ranks]
-            for host, ranks in by_host.items()
-            if all(eid in silent for _, eid in ranks)
         }
 
     def all_local(self, ids) -> bool:

@@ -5,6 +5,7 @@ import sys
 
 from .. import payload
 from ..errors import HostLost, JobCancelled, JobStalled, JobTimeout, RankError
+from .lost_hosts import silent_hosts
 
 
 def finish(job, ending, outcomes, timeout, store, cluster):
@@ -55,7 +56,7 @@ def raise_if_host_lost(job, cluster):
     line; the ranks' own errors (a gloo connection reset) would not name the host."""
     if len(set(job.hosts)) < 2:
         return
-    lost = cluster.silent_hosts(job.engine_ids, job.hosts)
+    lost = silent_hosts(cluster.client, job.engine_ids, job.hosts)
     if not lost:
         return
     host, ranks = next(iter(lost.items()))

@@ -214,7 +214,7 @@ class JobRunner(Configurable):
                 jr.tell(f"starting the cluster: {max(n, self.cluster.default_size())} engines")
             # After a failure this waits for the replacements of dead or killed engines; with GPUs granted, for all
             # of them, since the granted GPUs' engines may be among the replacements.
-            self.cluster.ensure(max(n, self.cluster.expected) if jr.granted else n)
+            self.cluster.ensure(max(n, self.cluster.expected) if jr.granted else n, progress=jr.tell if cold else None)
             ids = self._place(n, jr.granted, jr.options.device_kind)
             job.engine_ids = ids
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]

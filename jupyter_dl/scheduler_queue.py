@@ -1,0 +1,23 @@
+"""Kernel side: whether a scheduler (Slurm, PBS, SGE, LSF) still holds an engine set in its queue, and why."""
+
+import subprocess
+
+
+def pending(launcher_name: str, engine_set, any_engine_registered: bool) -> str:
+    """Why `engine_set` (an ipyparallel engine-set launcher) waits in its scheduler's queue ('Slurm job 12 PENDING
+    (Resources)'), or '' once it runs. Slurm is asked with squeue; other batch systems are taken to be queued for as
+    long as no engine has registered, so only ClusterManager.queue_timeout bounds their wait."""
+    job_id = getattr(engine_set, "job_id", "")
+    if not job_id:
+        return ""  # not a batch system (mpi, ssh): its engines start at once
+    if launcher_name != "slurm":
+        return "" if any_engine_registered else f"{launcher_name} job {job_id} submitted"
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], capture_output=True, text=True, timeout=30
+        ).stdout.split(maxsplit=1)
+    except (OSError, subprocess.SubprocessError):
+        return f"Slurm job {job_id} (squeue did not answer)"
+    if out and out[0] in ("PENDING", "CONFIGURING"):  # configuring: its nodes are still booting
+        return f"Slurm job {job_id} {out[0]} ({out[1].strip() if len(out) > 1 else 'no reason given'})"
+    return ""
