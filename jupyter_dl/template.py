@@ -120,62 +120,72 @@ def describe(x, y, kind=None, task=None):
 
 def _layers(shape, x_name):
     """(setup lines before the model, the model's layer lines)."""
-    s = shape.x_shape
-    if shape.kind == "tabular":
-        return (
-            [
-                "norm = keras.layers.Normalization()",
-                f"norm.adapt(np.asarray({x_name}, dtype='float32'))  # feature means/variances from the data",
-            ],
-            [
-                f"keras.Input(shape={s!r})",
-                "norm",
-                "keras.layers.Dense(128, activation='relu')",
-                "keras.layers.Dropout(0.1)",
-                "keras.layers.Dense(64, activation='relu')",
-            ],
-        )
-    if shape.kind == "image":
-        layers = [f"keras.Input(shape={s!r})"]
-        if len(s) == 2:
-            layers.append(f"keras.layers.Reshape({(*s, 1)!r})  # one channel")
-        elif shape.channels_first:
-            layers.append("keras.layers.Permute((2, 3, 1))  # channels last")
-        if shape.scale != 1.0:
-            layers.append(f"keras.layers.Rescaling(1 / {shape.scale:g})  # pixels to [0, 1]")
-        small = min(s[:2] if not shape.channels_first else s[1:3]) < 16
+    build = {"tabular": _tabular_layers, "image": _image_layers, "sequence": _sequence_layers}
+    return build.get(shape.kind, _token_layers)(shape, shape.x_shape, x_name)
+
+
+def _tabular_layers(shape, s, x_name):
+    return (
+        [
+            "norm = keras.layers.Normalization()",
+            f"norm.adapt(np.asarray({x_name}, dtype='float32'))  # feature means/variances from the data",
+        ],
+        [
+            f"keras.Input(shape={s!r})",
+            "norm",
+            "keras.layers.Dense(128, activation='relu')",
+            "keras.layers.Dropout(0.1)",
+            "keras.layers.Dense(64, activation='relu')",
+        ],
+    )
+
+
+def _image_layers(shape, s, x_name):
+    layers = [f"keras.Input(shape={s!r})"]
+    if len(s) == 2:
+        layers.append(f"keras.layers.Reshape({(*s, 1)!r})  # one channel")
+    elif shape.channels_first:
+        layers.append("keras.layers.Permute((2, 3, 1))  # channels last")
+    if shape.scale != 1.0:
+        layers.append(f"keras.layers.Rescaling(1 / {shape.scale:g})  # pixels to [0, 1]")
+    small = min(s[:2] if not shape.channels_first else s[1:3]) < 16
+    layers += [
+        "keras.layers.Conv2D(32, 3, padding='same', activation='relu')",
+        "keras.layers.MaxPooling2D()",
+        "keras.layers.Conv2D(64, 3, padding='same', activation='relu')",
+    ]
+    if not small:
         layers += [
-            "keras.layers.Conv2D(32, 3, padding='same', activation='relu')",
             "keras.layers.MaxPooling2D()",
-            "keras.layers.Conv2D(64, 3, padding='same', activation='relu')",
+            "keras.layers.Conv2D(128, 3, padding='same', activation='relu')",
+            "keras.layers.GlobalAveragePooling2D()",
         ]
-        if not small:
-            layers += [
-                "keras.layers.MaxPooling2D()",
-                "keras.layers.Conv2D(128, 3, padding='same', activation='relu')",
-                "keras.layers.GlobalAveragePooling2D()",
-            ]
-        else:
-            layers.append("keras.layers.Flatten()")
-        return [], layers + ["keras.layers.Dropout(0.2)", "keras.layers.Dense(128, activation='relu')"]
-    if shape.kind == "sequence":
-        steps = s if len(s) == 2 else (s[0], 1)  # (N, T) floats: one feature per step
-        reshape = [f"keras.layers.Reshape({steps!r})  # one feature per step"] if len(s) == 1 else []
-        return (
-            [
-                "norm = keras.layers.Normalization(axis=-1)",
-                f"norm.adapt(np.asarray({x_name}, dtype='float32').reshape((-1,) + {steps!r}))",
-            ],
-            [
-                f"keras.Input(shape={s!r})",
-                *reshape,
-                "norm",
-                "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
-                "keras.layers.Conv1D(64, 3, padding='same', activation='relu')",
-                "keras.layers.GlobalAveragePooling1D()",
-                "keras.layers.Dense(64, activation='relu')",
-            ],
-        )
+    else:
+        layers.append("keras.layers.Flatten()")
+    return [], layers + ["keras.layers.Dropout(0.2)", "keras.layers.Dense(128, activation='relu')"]
+
+
+def _sequence_layers(shape, s, x_name):
+    steps = s if len(s) == 2 else (s[0], 1)  # (N, T) floats: one feature per step
+    reshape = [f"keras.layers.Reshape({steps!r})  # one feature per step"] if len(s) == 1 else []
+    return (
+        [
+            "norm = keras.layers.Normalization(axis=-1)",
+            f"norm.adapt(np.asarray({x_name}, dtype='float32').reshape((-1,) + {steps!r}))",
+        ],
+        [
+            f"keras.Input(shape={s!r})",
+            *reshape,
+            "norm",
+            "keras.layers.Conv1D(64, 5, padding='same', activation='relu')",
+            "keras.layers.Conv1D(64, 3, padding='same', activation='relu')",
+            "keras.layers.GlobalAveragePooling1D()",
+            "keras.layers.Dense(64, activation='relu')",
+        ],
+    )
+
+
+def _token_layers(shape, s, x_name):
     return (
         [],
         [

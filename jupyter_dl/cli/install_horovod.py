@@ -12,7 +12,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from traitlets import Bool, Integer, Unicode, validate
 from traitlets.config import Application
 
 from .._version import __version__
+from .build_prerequisites import find_cuda, find_nccl, fix_commands, pip_cmd, prerequisites, tf_include
 from .checks import dist_version
 
 BUILD_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel")  # setup.py imports, no isolation
@@ -29,16 +29,6 @@ RUNTIME_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging")
 _MODULE_OF = {"pyyaml": "yaml"}
 SHIM_HEADER = "tensorflow/compiler/xla/client/xla_builder.h"
 MOVED_HEADER = "xla/hlo/builder/xla_builder.h"
-
-
-@dataclass
-class Prerequisite:
-    name: str
-    ok: bool
-    found: str
-    apt: str = ""  # Debian package that provides it
-    conda: str = ""  # conda-forge package that provides it
-    other: str = ""  # the fix when neither package manager applies
 
 
 @dataclass
@@ -51,58 +41,6 @@ class Plan:
     env: dict = field(default_factory=dict)  # variables the build sets (beyond the inherited environment)
     command: list = field(default_factory=list)
     shim: Path | None = None
-
-
-def _include_dirs():
-    """Where the compiler looks for headers: the env's own paths first, then the system's and conda's."""
-    dirs = []
-    for var in ("CPLUS_INCLUDE_PATH", "CPATH", "C_INCLUDE_PATH"):
-        dirs += [d for d in os.environ.get(var, "").split(os.pathsep) if d]
-    if os.environ.get("CONDA_PREFIX"):
-        dirs.append(os.path.join(os.environ["CONDA_PREFIX"], "include"))
-    return dirs + ["/usr/local/include", "/usr/include"]
-
-
-def _find_header(relative):
-    return next((os.path.join(d, relative) for d in _include_dirs() if os.path.isfile(os.path.join(d, relative))), None)
-
-
-def _tf_include():
-    spec = importlib.util.find_spec("tensorflow")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        if os.path.isdir(os.path.join(location, "include")):
-            return Path(location, "include")
-    return None
-
-
-def _which(name, path):
-    return shutil.which(name, path=path)
-
-
-def find_cuda():
-    """CUDA toolkit root with nvcc (what Horovod's CMake needs to build the NCCL ops), or None."""
-    candidates = [os.environ.get("HOROVOD_CUDA_HOME"), os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates.append(str(Path(nvcc).resolve().parent.parent))
-    candidates.append("/usr/local/cuda")
-    return next((c for c in candidates if c and os.path.isfile(os.path.join(c, "bin", "nvcc"))), None)
-
-
-def find_nccl(cuda_home=None):
-    """NCCL root holding include/nccl.h and lib*/libnccl.so (Debian's libnccl-dev: /usr), or None."""
-    candidates = [os.environ.get("HOROVOD_NCCL_HOME"), cuda_home, os.environ.get("CONDA_PREFIX"), "/usr/local", "/usr"]
-    for root in filter(None, candidates):
-        if not os.path.isfile(os.path.join(root, "include", "nccl.h")):
-            continue
-        libs = [Path(root, d) for d in ("lib", "lib64", f"lib/{sysconfig.get_config_var('MULTIARCH') or ''}")]
-        if any(any(lib.glob("libnccl.so*")) for lib in libs if lib.is_dir()):
-            return root
-    return None
-
-
-def _pip_cmd():
-    return [sys.executable, "-m", "pip"]
 
 
 class InstallHorovodApp(Application):
@@ -159,91 +97,6 @@ class InstallHorovodApp(Application):
         # The venv's own bin first, as setup.sh did: a cmake from pip (`pip install cmake`) lives there.
         return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
-    def prerequisites(self, gpu_ops):
-        path = self._path()
-        tf = dist_version("tensorflow", "tensorflow-cpu", "tf-nightly")
-        cmake = _which("cmake", path)
-        cxx = os.environ.get("CXX") or next((c for c in ("g++", "c++", "clang++") if _which(c, path)), None)
-        cxx = _which(cxx, path) if cxx else None
-        py_h = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-        pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        items = [
-            Prerequisite(
-                "TensorFlow", bool(tf), tf or "not installed", other=f"{shlex.join(_pip_cmd())} install tensorflow"
-            ),
-            Prerequisite(
-                "cmake",
-                bool(cmake),
-                cmake or "not on PATH",
-                apt="cmake",
-                conda="cmake",
-                other=f"{shlex.join(_pip_cmd())} install cmake",
-            ),
-            Prerequisite(
-                "C++ compiler",
-                bool(cxx),
-                cxx or "no g++/c++/clang++ on PATH (or $CXX)",
-                apt="g++",
-                conda="cxx-compiler",
-            ),
-            Prerequisite(
-                "highwayhash headers",
-                bool(_find_header("highwayhash/highwayhash.h")),
-                _find_header("highwayhash/highwayhash.h") or "highwayhash/highwayhash.h not found",
-                apt="libhighwayhash-dev",
-                other="put highwayhash's headers on CPLUS_INCLUDE_PATH (TensorFlow's headers include them)",
-            ),
-            Prerequisite(
-                "farmhash headers",
-                bool(_find_header("farmhash.h")),
-                _find_header("farmhash.h") or "farmhash.h not found",
-                apt="libfarmhash-dev",
-                other="put farmhash.h on CPLUS_INCLUDE_PATH (TensorFlow's headers include it)",
-            ),
-            Prerequisite(
-                "Python headers",
-                os.path.isfile(py_h),
-                py_h if os.path.isfile(py_h) else "Python.h not found",
-                apt=f"python{pyver}-dev",
-                conda=f"python={pyver}",
-            ),
-        ]
-        if gpu_ops == "NCCL":
-            cuda = find_cuda()
-            nccl = find_nccl(cuda)
-            items += [
-                Prerequisite(
-                    "CUDA toolkit (nvcc)",
-                    bool(cuda),
-                    cuda or "nvcc not found (CUDA_HOME, PATH, /usr/local/cuda)",
-                    conda="cuda-toolkit",
-                    other="install NVIDIA's CUDA toolkit and set CUDA_HOME",
-                ),
-                Prerequisite(
-                    "NCCL",
-                    bool(nccl),
-                    nccl or "nccl.h + libnccl.so not found (HOROVOD_NCCL_HOME, /usr)",
-                    apt="libnccl-dev",
-                    conda="nccl",
-                    other="install NCCL (libnccl2 libnccl-dev from NVIDIA's repository), set HOROVOD_NCCL_HOME",
-                ),
-            ]
-        return items
-
-    @staticmethod
-    def fix_commands(missing):
-        """The exact commands for what is missing, for the package manager this machine has."""
-        sudo = "" if os.geteuid() == 0 else "sudo "
-        commands, rest = [], list(missing)
-        if shutil.which("apt-get") and any(p.apt for p in missing):
-            commands.append(f"{sudo}apt-get install -y {' '.join(p.apt for p in missing if p.apt)}")
-            rest = [p for p in missing if not p.apt]
-        elif os.environ.get("CONDA_PREFIX") and shutil.which("conda") and any(p.conda for p in missing):
-            commands.append(f"conda install -y -c conda-forge {' '.join(p.conda for p in missing if p.conda)}")
-            rest = [p for p in missing if not p.conda]
-        commands += [p.other or f"install {p.apt or p.conda} with your system's package manager" for p in rest]
-        return commands
-
     # -- the plan ---------------------------------------------------------------------------------------------
     def resolve_gpu_ops(self):
         if self.gpu_operations == "none":
@@ -277,10 +130,10 @@ class InstallHorovodApp(Application):
             "PATH": self._path(),
         }
         shim = None
-        tf_include = _tf_include()
+        tf_headers = tf_include()
         # TF >= 2.17 moved xla_builder.h; Horovod 0.28.1 still includes the old path. Only then add a forwarding
         # header: on an older TF it would shadow the real one.
-        if tf_include and not (tf_include / SHIM_HEADER).exists() and (tf_include / MOVED_HEADER).exists():
+        if tf_headers and not (tf_headers / SHIM_HEADER).exists() and (tf_headers / MOVED_HEADER).exists():
             shim = Path(self.cache_dir, "include-shim")
             env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(filter(None, [str(shim), os.environ.get("CPLUS_INCLUDE_PATH")]))
         if gpu_ops:
@@ -293,7 +146,7 @@ class InstallHorovodApp(Application):
                 env["HOROVOD_NCCL_HOME"] = nccl
         # -v: without it pip hides the compiler's output, which is our progress and the log's content.
         command = [
-            *_pip_cmd(),
+            *pip_cmd(),
             "wheel",
             "-v",
             "--no-build-isolation",
@@ -328,7 +181,7 @@ class InstallHorovodApp(Application):
         print(f"[install-horovod] {message}", file=sys.stderr, flush=True)
 
     def _pip_install(self, *args):
-        subprocess.run([*_pip_cmd(), "install", "-q", "--disable-pip-version-check", *args], check=True)
+        subprocess.run([*pip_cmd(), "install", "-q", "--disable-pip-version-check", *args], check=True)
 
     def _ensure_build_deps(self):
         missing = [d for d in BUILD_DEPS if importlib.util.find_spec(_MODULE_OF.get(d, d)) is None]
@@ -425,7 +278,7 @@ class InstallHorovodApp(Application):
             )
             return 2
         plan = self.plan()
-        prereqs = self.prerequisites(plan.gpu_ops)
+        prereqs = prerequisites(plan.gpu_ops, self._path())
         missing = [p for p in prereqs if not p.ok]
         if self.dry_run:
             self.print_plan(plan, prereqs)
@@ -439,7 +292,7 @@ class InstallHorovodApp(Application):
             )
             print(f"would: {step}")
             if missing and "build" in step:
-                print("missing prerequisites; run:\n  " + "\n  ".join(self.fix_commands(missing)))
+                print("missing prerequisites; run:\n  " + "\n  ".join(fix_commands(missing)))
                 return 2
             return 0
         if not self.rebuild and self.installed(plan.gpu_ops):
@@ -453,7 +306,7 @@ class InstallHorovodApp(Application):
             if missing:
                 for p in missing:
                     self.say(f"missing {p.name}: {p.found}")
-                self.say("install them first:\n  " + "\n  ".join(self.fix_commands(missing)))
+                self.say("install them first:\n  " + "\n  ".join(fix_commands(missing)))
                 return 2
             wheel = self.build(plan)
             if wheel is None:
