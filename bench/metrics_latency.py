@@ -148,7 +148,7 @@ def main():
 
     from jupyter_dl.launch.runner import JobRunner
     from jupyter_dl.live.view import LiveView
-    from jupyter_dl.runtime import live
+    from jupyter_dl.runtime import publish
 
     _common.write_results(
         RESULTS,
@@ -166,7 +166,7 @@ def main():
                 "samples": len(x),
                 "batch_size": 32,
                 "n": 2,
-                "engine_flush_interval_s": live.FLUSH_INTERVAL,
+                "engine_flush_interval_s": publish.FLUSH_INTERVAL,
                 "kernel_poll_interval_s": JobRunner.poll_interval.default_value,
                 "view_refresh_interval_s": LiveView().refresh_interval,
             },

@@ -105,7 +105,7 @@ def callback_cost(batches, batch_s, samples_per_epoch):
     publisher (one message per flush interval). Returns its cost per batch, wall and this thread's CPU, in seconds."""
     import time
 
-    from jupyter_dl.runtime.live import LiveMetrics
+    from jupyter_dl.runtime.metrics_callback import LiveMetrics
 
     cb = LiveMetrics(rank=0, samples_per_epoch=samples_per_epoch, batch_size=32)
     cb.set_params({"epochs": 1, "steps": batches, "verbose": 0})

@@ -17,7 +17,7 @@ __all__ = [
 def __getattr__(name):
     # jupyter_dl.LiveMetrics is the Keras callback class itself, imported on first use (Keras imports slowly).
     if name == "LiveMetrics":
-        from .runtime.live_callback import LiveMetrics
+        from .runtime.metrics_callback import LiveMetrics
 
         return LiveMetrics
     raise AttributeError(name)

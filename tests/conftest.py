@@ -64,6 +64,7 @@ FAST_MODULES = {
     "test_renamed_config",
     "test_metric_kinds",
     "test_gpus",
+    "test_layout_doc",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 

@@ -153,7 +153,7 @@ class KerasHooks:
         if checkpoint is not None:
             extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
-            from .live import LiveMetrics
+            from .metrics_callback import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
             extra.append(

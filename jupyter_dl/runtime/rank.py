@@ -22,9 +22,9 @@ from .. import keras_objects, payload
 from ..backends import horovod as backend
 from ..processes import pid_running
 from . import divergence
-from .live import engine_publisher
 from .native_stderr import NativeStderr
 from .probe import ProbeDone
+from .publish import engine_publisher
 from .resources import ResourceSampler
 from .spec import RankSpec
 from .stall_watch import StallWatch
@@ -243,8 +243,6 @@ def _ranks_apart(hooks, namespace):
 
 def _stall_reporter(rank):
     """Tell the kernel (through ipyparallel's data publication) and this rank's log that the rank is stuck."""
-    from .live import engine_publisher
-
     publish = engine_publisher()
     sent = itertools.count()
 

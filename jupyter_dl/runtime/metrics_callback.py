@@ -1,13 +1,13 @@
-"""Engine side: the Keras callback that streams a rank's training metrics (see live.py for how they travel).
+"""Engine side: the Keras callback that streams a rank's training metrics (see publish.py for how they travel).
 
-Its own module because it imports Keras at the top, which takes seconds: live.py loads it on first use."""
+Its own module because it imports Keras at the top, which takes seconds: publish.py loads it on first use."""
 
 import time
 
 import keras
 
 from . import stall_watch
-from .live import FLUSH_INTERVAL, engine_publisher
+from .publish import FLUSH_INTERVAL, engine_publisher
 
 
 class LiveMetrics(keras.callbacks.Callback):

@@ -1,12 +1,12 @@
-"""Engine side: stream training metrics to the kernel without slowing training down.
+"""Engine side: how a rank's records reach the kernel without slowing training down.
 
 Records are buffered and flushed at most every `flush_interval` seconds through ipyparallel's data publication
 (one iopub message, sent by zmq's I/O thread), so the training loop pays for a dict append per batch and one small
 message per interval. Each flush uses a new key (`jdl.<rank>.<seq>`): the client keeps every key of a result, so
 no flush is lost however slowly the kernel polls.
 
-Rank 0 sends per-batch and per-epoch metrics; every rank sends its throughput. `--manual` users add
-`LiveMetrics()` to their own `fit(callbacks=...)`.
+The records are LiveMetrics' (metrics_callback.py: rank 0's batch and epoch metrics, every rank's throughput) and
+the resource sampler's (resources.py).
 """
 
 FLUSH_INTERVAL = 0.1
@@ -24,11 +24,3 @@ def engine_publisher():
 
     return publish_data
 
-
-def __getattr__(name):
-    # LiveMetrics subclasses a Keras class; importing Keras only when it is first used keeps this module cheap.
-    if name == "LiveMetrics":
-        from .live_callback import LiveMetrics
-
-        return LiveMetrics
-    raise AttributeError(name)
