@@ -65,6 +65,7 @@ FAST_MODULES = {
     "test_metric_kinds",
     "test_gpus",
     "test_layout_doc",
+    "test_import_cycles",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 
