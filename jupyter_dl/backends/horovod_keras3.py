@@ -138,19 +138,22 @@ def _collective_name(kind, tensors):
 
 
 def _reduction(
-    op,
-    compression,
-    sparse_as_dense,
-    gradient_predivide_factor,
-    num_groups,
-    groups,
-    process_set,
-    scale_local_gradients,
-    allowed_ops,
     api,
+    allowed_ops,
+    op=None,
+    compression=None,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=None,
+    scale_local_gradients=True,
 ):
+    """How `api` (its name, for errors) reduces gradients: Horovod's own arguments and defaults, checked."""
     import horovod.tensorflow as hvd
 
+    op = hvd.Average if op is None else op
+    compression = compression or hvd.Compression.none
     if op == hvd.Adasum and op in allowed_ops and not hvd.mpi_enabled():
         raise Keras3Unsupported(f"{api}(op=hvd.Adasum) needs Horovod running on MPI, not gloo; use op=hvd.Average")
     if op not in allowed_ops:
@@ -218,16 +221,16 @@ def DistributedGradientTape(
     import horovod.tensorflow as hvd
 
     reduction = _reduction(
-        hvd.Average if op is None else op,
-        compression or hvd.Compression.none,
+        "DistributedGradientTape",
+        (hvd.Average, hvd.Sum, hvd.Adasum),
+        op,
+        compression,
         sparse_as_dense,
         gradient_predivide_factor,
         num_groups,
         groups,
         process_set,
         scale_local_gradients,
-        (hvd.Average, hvd.Sum, hvd.Adasum),
-        "DistributedGradientTape",
     )
     base = getattr(type(gradtape), "_hvd_base", type(gradtape))
     if base not in _TAPE_CLASSES:
@@ -344,16 +347,16 @@ def DistributedOptimizer(
             "keras.optimizers.* instance (Keras 3 has no legacy / tf.compat.v1 optimizers)"
         )
     reduction = _reduction(
-        hvd.Average if op is None else op,
-        compression or hvd.Compression.none,
+        "DistributedOptimizer",
+        (hvd.Average, hvd.Sum),
+        op,
+        compression,
         sparse_as_dense,
         gradient_predivide_factor,
         num_groups,
         groups,
         process_set,
         scale_local_gradients,
-        (hvd.Average, hvd.Sum),
-        "DistributedOptimizer",
     )
     base = getattr(type(optimizer), "_hvd_base", type(optimizer))
     config = optimizer.get_config()
@@ -417,19 +420,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     objects.update(custom_objects or {})
     model = keras.models.load_model(filepath, custom_objects=objects or None)
     if getattr(model, "optimizer", None) is not None:
-        reduction = _reduction(
-            hvd.Average,
-            compression or hvd.Compression.none,
-            False,
-            1.0,
-            0,
-            None,
-            None,
-            True,
-            (hvd.Average,),
-            "load_model",
-        )
-        _distribute_in_place(model.optimizer, reduction)
+        _distribute_in_place(model.optimizer, _reduction("load_model", (hvd.Average,), compression=compression))
     return model
 
 

@@ -34,13 +34,15 @@ class Recommendation:
     workload: Workload
     devices: list
 
-    def as_text(self) -> str:
-        rows = [("", "devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "")]
+    COLUMNS = ("devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "why not")
+
+    def _rows(self, times="x"):
+        """(label, cells) of the chosen plan and each alternative, as strings."""
         for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
-            rows.append(
+            yield (
+                label,
                 (
-                    label,
-                    f"{plan.ranks} x {plan.kind}",
+                    f"{plan.ranks} {times} {plan.kind}",
                     str(plan.batch_size),
                     f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
                     clock(plan.epoch_s),
@@ -49,33 +51,21 @@ class Recommendation:
                     f"{plan.memory_bytes / 2**20:,.0f} MiB",
                     plan.basis,
                     plan.why_not,
-                )
+                ),
             )
+
+    def as_text(self) -> str:
+        rows = [("", *self.COLUMNS[:-1], "")] + [(label, *cells) for label, cells in self._rows()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
         return f"[jupyter-dl] recommendation: {self.headline}\n" + "\n".join(lines)
 
     def as_html(self) -> str:
-        head = "".join(
-            f"<th>{h}</th>"
-            for h in ("", "devices", "batch/rank", "LR", "epoch", "total", "energy", "memory", "basis", "why not")
-        )
+        head = "".join(f"<th>{h}</th>" for h in ("", *self.COLUMNS))
         body = []
-        for label, plan in [("chosen", self.chosen)] + [("", alt) for alt in self.alternatives]:
-            cells = (
-                label,
-                f"{plan.ranks} × {plan.kind}",
-                plan.batch_size,
-                f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
-                clock(plan.epoch_s),
-                clock(plan.total_s),
-                _energy(plan.energy_j),
-                f"{plan.memory_bytes / 2**20:,.0f} MiB",
-                plan.basis,
-                plan.why_not,
-            )
+        for label, cells in self._rows(times="×"):
             style = " style='font-weight:bold'" if label else ""
-            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in (label, *cells)) + "</tr>")
         return (
             f"<div class='jp-dl-recommendation'><b>{html.escape(self.headline)}</b>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
