@@ -45,7 +45,7 @@ class RunOptions:
             raise UsageError("--deadline is for --recommend (or -n auto): it picks the plan that meets it")
         if self.deadline is not None and not self.deadline > 0:
             raise UsageError(f"--deadline must be a positive duration like 30m (got {self.deadline!r})")
-        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
+        if self.n is not None and (not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1):
             raise UsageError(f"-n must be a positive number of ranks (got {self.n!r})")
         if self.backend not in BACKENDS:
             raise UsageError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
@@ -60,7 +60,7 @@ class RunOptions:
                 raise UsageError(f"--secret takes an environment variable name, got {name!r}")
         if self.stall_timeout is not None and not self.stall_timeout >= 0:
             raise UsageError(f"--stall-timeout must be seconds >= 0, 0 to turn it off (got {self.stall_timeout!r})")
-        if not isinstance(self.restarts, int) or self.restarts < 0:
+        if not isinstance(self.restarts, int) or isinstance(self.restarts, bool) or self.restarts < 0:
             raise UsageError(f"--restarts must be a whole number >= 0 (got {self.restarts!r})")
         if self.restarts and not self.checkpoint_dir:
             raise UsageError(
@@ -198,8 +198,10 @@ def parse_distribute_line(line: str) -> RunOptions:
     """Parse a %%distribute line. Errors are one line (plus usage) and nothing has been started."""
     try:
         argv = shlex.split(line)
-    except ValueError as exc:
-        raise UsageError(f"%%distribute: {exc}") from None
+    except ValueError as exc:  # shlex: an unclosed quote
+        raise UsageError(
+            f'%%distribute: {str(exc).lower()} in the options; close the quote, e.g. --name "my run"'
+        ) from None
     ns = distribute_parser().parse_args(argv)
     ns.secrets = tuple(ns.secrets)
     return RunOptions(**vars(ns)).validate()

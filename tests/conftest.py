@@ -66,6 +66,8 @@ FAST_MODULES = {
     "test_gpus",
     "test_layout_doc",
     "test_import_cycles",
+    "test_options",
+    "test_store",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 

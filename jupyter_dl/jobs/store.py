@@ -164,14 +164,17 @@ class JobStore(Configurable):
                 continue  # a job being created or removed right now
             seen.add(entry.name)
             cached = self._records.get(entry.name)
-            if cached is None or cached[:2] != (st.st_mtime_ns, st.st_size):
+            # The inode too: every save replaces the file (_atomic_write), and a same-size rewrite within one
+            # timestamp tick (coarse clocks, e.g. 1 s on some NFS) keeps mtime and size.
+            version = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if cached is None or cached[0] != version:
                 try:
                     with open(path, encoding="utf-8") as f:
-                        cached = (st.st_mtime_ns, st.st_size, json.load(f))
+                        cached = (version, json.load(f))
                 except (OSError, ValueError):
                     continue
                 self._records[entry.name] = cached
-            out.append(cached[2])
+            out.append(cached[1])
         for gone in set(self._records) - seen:
             del self._records[gone]
         return sorted(out, key=lambda r: r["created"])
