@@ -102,23 +102,52 @@ def test_local_cluster_start_refuses_too_many_cpu_engines():
     assert cluster.client is None and cluster.cluster is None
 
 
-def test_model_save_to_a_shared_path_is_written_by_rank_0_and_readable_by_all(shell, digits, tmp_path, capsys):
+SAVES = {
+    # (file name, the cell's save line, how it reads the file back into `reloaded`)
+    "model.save": ("digits.keras", "model.save(path)", "reloaded = keras.models.load_model(path)"),
+    "keras.saving.save_model": (
+        "digits.keras",
+        "keras.saving.save_model(model, path)",
+        "reloaded = keras.models.load_model(path)",
+    ),
+    "tf.keras.models.save_model": (
+        "digits.keras",
+        "import tensorflow as tf; tf.keras.models.save_model(model, path)",
+        "reloaded = keras.models.load_model(path)",
+    ),
+    "keras.saving.save_weights": (
+        "digits.weights.h5",
+        "keras.saving.save_weights(model, path)",
+        "reloaded = keras.models.clone_model(model); reloaded.load_weights(path)",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(SAVES))
+def test_a_save_to_a_shared_path_is_written_by_rank_0_and_readable_by_all(shell, digits, tmp_path, how):
+    """However the cell saves (Model.save or Keras' saving functions), a path the ranks share is written once, by
+    rank 0, and the other ranks wait for it: two ranks writing one file at once would leave a torn file."""
+    file_name, save, load = SAVES[how]
     shell.user_ns.update(digits)
-    shell.user_ns["path"] = str(tmp_path / "digits.keras")
-    cell = """
+    shell.user_ns["path"] = str(tmp_path / file_name)
+    cell = f"""
 import os
 import keras
 model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
 model.compile("adam", "sparse_categorical_crossentropy")
 model.fit(x_train, y_train, epochs=1, verbose=0)
-model.save(path)
-reloaded = keras.models.load_model(path)          # every rank reads the file back at once
+{save}
+written = os.stat(path)
+{load}          # every rank reads the file back at once
 import horovod.tensorflow as hvd_check
 import numpy as np
 same = hvd_check.allgather_object(bool(np.allclose(reloaded.predict(x_test, verbose=0),
                                                    model.predict(x_test, verbose=0))))
+versions = hvd_check.allgather_object((written.st_ino, written.st_mtime_ns, written.st_size))
 """
     result = shell.run_cell("%%distribute -n 2\n" + cell, store_history=False)
     assert result.success, result.error_in_exec
     assert shell.user_ns["same"] == [True, True]  # rank 1 waited for rank 0's write and read a whole file
+    versions = shell.user_ns["versions"]
+    assert versions[0] == versions[1], versions  # one write: both ranks saw the same file after the save
     assert os.path.exists(shell.user_ns["path"])

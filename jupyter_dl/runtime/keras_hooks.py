@@ -16,6 +16,7 @@ back to the notebook is an ordinary Keras model.
 import contextlib
 import itertools
 import math
+import sys
 
 from ..backends import horovod as backend
 from . import stall_watch
@@ -27,6 +28,25 @@ _ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "C
 
 def lr_scale_factor(mode: str, size: int) -> float:
     return _SCALE_FACTORS[mode](size)
+
+
+def _saving_functions():
+    """(module, name, function) for every module attribute that is Keras' save_model or save_weights:
+    `keras.saving.save_model`, `keras.models.save_model`, tf.keras' copies and saving_api's own, which
+    `Model.save`/`Model.save_weights` call. A cell may save through any of these names."""
+    from keras.src.saving import saving_api
+
+    originals = (saving_api.save_model, saving_api.save_weights)
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith(("keras", "tensorflow", "tf_keras")):
+            continue
+        namespace = getattr(module, "__dict__", {})
+        for name in ("save_model", "save_weights"):
+            value = namespace.get(name)
+            if any(value is original for original in originals):
+                found.append((module, name, value))
+    return found
 
 
 class KerasHooks:
@@ -58,6 +78,7 @@ class KerasHooks:
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
+        self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
 
     def __enter__(self):
         import keras
@@ -81,12 +102,17 @@ class KerasHooks:
             # (the ranks' models are equal), and the others wait for it, since the cell may read it back on the
             # next line. A path of the rank's own (a temporary folder made in the cell) is written by its rank.
             def save(model, *args, **kwargs):
-                if hooks.updates.in_fit:  # a callback (ModelCheckpoint, BackupAndRestore): only rank 0 has it
-                    return original(model, *args, **kwargs) if hooks.rank == 0 else None
+                if hooks.updates.in_fit or hooks._saving:
+                    # A callback (ModelCheckpoint, BackupAndRestore: only rank 0 has it), or a save inside a save.
+                    return original(model, *args, **kwargs) if hooks.rank == 0 or hooks._saving else None
                 path = str(args[0] if args else kwargs.get("filepath", ""))
                 k = next(hooks._saves)
                 shared = backend.broadcast_object(path, name=f"jdl.save.{k}") == path
-                result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
+                hooks._saving = True
+                try:
+                    result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
+                finally:
+                    hooks._saving = False
                 backend.broadcast_object(None, name=f"jdl.saved.{k}")
                 return result
 
@@ -98,8 +124,8 @@ class KerasHooks:
         self._patches = [
             (Trainer, "compile", compile),
             (keras.Model, "fit", fit),
-            (keras.Model, "save", on_rank0_only(keras.Model.save)),
-            (keras.Model, "save_weights", on_rank0_only(keras.Model.save_weights)),
+            # Model.save and Model.save_weights call these too, so every way to save goes through one guard.
+            *((module, name, on_rank0_only(original)) for module, name, original in _saving_functions()),
         ]
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:
