@@ -115,6 +115,12 @@ SAVES = {
         "import tensorflow as tf; tf.keras.models.save_model(model, path)",
         "reloaded = keras.models.load_model(path)",
     ),
+    "model.export": (
+        "digits_saved_model",
+        "model.export(path, verbose=False)",
+        "import tensorflow as tf; served = tf.saved_model.load(path); "
+        "reloaded = keras.Sequential([keras.Input((64,)), keras.layers.Lambda(lambda x: served.serve(x))])",
+    ),
     "keras.saving.save_weights": (
         "digits.weights.h5",
         "keras.saving.save_weights(model, path)",

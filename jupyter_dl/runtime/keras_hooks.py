@@ -126,6 +126,7 @@ class KerasHooks:
             (keras.Model, "fit", fit),
             # Model.save and Model.save_weights call these too, so every way to save goes through one guard.
             *((module, name, on_rank0_only(original)) for module, name, original in _saving_functions()),
+            (keras.Model, "export", on_rank0_only(keras.Model.export)),  # a SavedModel folder for serving
         ]
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:

@@ -23,4 +23,3 @@ def engine_publisher():
     from ipyparallel.datapub import publish_data
 
     return publish_data
-
