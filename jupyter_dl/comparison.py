@@ -7,9 +7,9 @@ server endpoint can hand the same JSON-able dict to the panel. The dict's shape 
 (Not `compare.py`: a submodule of that name would replace the `jupyter_dl.compare` function once imported.)
 """
 
+import bisect
 import hashlib
 import json
-import math
 import zipfile
 
 from traitlets import Float, Integer
@@ -18,10 +18,10 @@ from traitlets.config import Configurable
 from .errors import UsageError
 from .jobs.model import Job
 from .jobs.results import RESULTS
+from .live.loss_figure import BATCH_LOSS  # one name for that curve in the cell, the panel and comparisons
 
 X_AXES = ("step", "epoch", "time")
 X_TITLES = {"step": "step (optimizer updates)", "epoch": "epoch", "time": "seconds since training began"}
-BATCH_LOSS = "loss (batch, smoothed)"
 # Options that change how a run is shown or measured, not what it trains: never "a setting that differs".
 _NOT_SETTINGS = {"plot", "stream_metrics", "pooled", "probe", "n"}
 _OPTION_NAMES = {"batch_size": "batch size set by --recommend", "device_kind": "device kind"}
@@ -84,108 +84,58 @@ def _one(records, wanted, min_prefix):
 
 # ------------------------------------------------------------------------------------------- one run's data
 class RunData:
-    """What one job's metrics.jsonl says: curves, final epoch logs, per-rank throughput and fit parameters.
+    """What one job's metrics.jsonl says, replayed by the live view's own TrainingState (per-batch loss recovered
+    from Keras' running means and smoothed; a restart drops what its checkpoint had not kept): curves against step,
+    epoch and time, final epoch logs, per-rank throughput and fit parameters."""
 
-    Replays the records as the live view does (per-batch loss recovered from Keras' running means and smoothed; a
-    restart drops what its checkpoint had not kept), but keeps step, epoch and time for every point."""
+    def __init__(self, records, smoothing=0.9, max_points=2000):
+        from .live.state import TrainingState
 
-    def __init__(self, records, smoothing=0.9):
-        self.smoothing = smoothing
-        self.batch = []  # (global step, epoch index, step in epoch, steps per epoch, seconds, loss)
-        self.epochs = {}  # metric -> [(global step, epoch number, seconds, value)]
-        self.epoch_logs = []
-        self.throughput = {}  # rank -> last throughput record
-        self.begin = {}  # rank 0's first begin record: batch_size, epochs, steps, samples_per_epoch
-        self._t0 = None
-        self._step = 0
-        self._boundaries = []  # global step at each epoch's end
-        self._epoch_offset = 0  # epochs of earlier fits in the same cell
-        self._prev_mean = 0.0
-        self._ema = None
-        self._restart_pending = False
-        for record in records:
-            self._consume(record)
+        budget = max(2, max_points - max_points % 2)  # DownsampledSeries halves its buckets: an even budget
+        self.state = TrainingState(budget=budget, smoothing=smoothing, latency_window=0)
+        self.state.consume(records)
+        self.begin = self.state.begin
+        self.epoch_logs = self.state.epoch_logs
 
-    def _consume(self, record):
-        kind = record.get("kind")
-        if kind == "begin" and record.get("rank") == 0:
-            self._t0 = record["t"] if self._t0 is None else self._t0
-            self.begin = self.begin or record
-            if self._restart_pending:
-                self._resume_at(record.get("initial_epoch") or 0)
-            else:
-                self._epoch_offset = len(self.epoch_logs)
-        elif kind == "batch":
-            self._batch(record)
-        elif kind == "epoch":
-            self.epoch_logs.append(dict(record["logs"]))
-            self._boundaries.append(self._step)
-            epoch = self._epoch_offset + record["epoch"] + 1
-            for key, value in record["logs"].items():
-                self.epochs.setdefault(key, []).append((self._step, epoch, self._seconds(record), value))
-        elif kind == "throughput":
-            self.throughput[record["rank"]] = record
-        elif kind == "restart":
-            self._restart_pending = True
+    def _seconds(self, ts):
+        origin = self.state.began_t if self.state.began_t is not None else self.state.first_t
+        return [t - origin if origin is not None else 0.0 for t in ts]
 
-    def _seconds(self, record):
-        return record["t"] - self._t0 if self._t0 is not None else 0.0
+    def _epoch_position(self, step):
+        """Where a global step lies in epochs (2.5: half way through the third), from the epoch boundaries; an
+        epoch not over yet is as long as the fit says, else as the last one, else as far as it got."""
+        boundaries = self.state.epoch_boundaries
+        i = bisect.bisect_left(boundaries, step)
+        start = boundaries[i - 1] if i else 0
+        if i < len(boundaries):
+            length = boundaries[i] - start
+        else:
+            last = boundaries[-1] - (boundaries[-2] if len(boundaries) > 1 else 0) if boundaries else None
+            length = self.state.steps or last or (self.state.global_step - start)
+        return i + (step - start) / length if length else float(i)
 
-    def _batch(self, record):
-        k = record["step"]
-        if k == 1:
-            self._prev_mean = 0.0
-        self._step += 1
-        mean = record["logs"].get("loss")
-        if mean is None:
-            return
-        value = k * mean - (k - 1) * self._prev_mean  # Keras logs the epoch's running mean; this is the batch's
-        self._prev_mean = mean
-        self._ema = value if self._ema is None else self.smoothing * self._ema + (1 - self.smoothing) * value
-        steps = record.get("steps") or self.begin.get("steps")
-        epoch = self._epoch_offset + record["epoch"]
-        self.batch.append((self._step, epoch, k, steps, self._seconds(record), self._ema))
+    def _curve(self, series):
+        steps, ys = series.points()
+        return steps, [self._epoch_position(s) for s in steps], self._seconds(series.times()), ys
 
-    def _resume_at(self, epoch):
-        """A restart resumes at its checkpoint's epoch: what ran after it is trained again, so it is dropped."""
-        self._restart_pending = False
-        kept = min(epoch, len(self.epoch_logs))
-        steps_kept = self._boundaries[kept - 1] if kept else 0
-        self.epoch_logs = self.epoch_logs[:kept]
-        self._boundaries = self._boundaries[:kept]
-        self.epochs = {key: points[:kept] for key, points in self.epochs.items()}
-        self.batch = [p for p in self.batch if p[0] <= steps_kept]
-        self._step = steps_kept
-        self._ema = None
+    def batch_curve(self):
+        """(steps, epoch positions, seconds, smoothed loss) of the per-batch loss, at most max_points long."""
+        return self._curve(self.state.batch_loss)
 
-    def batch_points(self):
-        """(step, epoch position, seconds, loss) per batch. An epoch of unknown length (a generator) is measured
-        by its last step once it is over."""
-        last_step = {}
-        for _, epoch, k, _, _, _ in self.batch:
-            last_step[epoch] = max(last_step.get(epoch, 0), k)
-        return [
-            (step, epoch + k / (steps or last_step[epoch]), seconds, loss)
-            for step, epoch, k, steps, seconds, loss in self.batch
-        ]
+    def epoch_curves(self):
+        """{metric: (steps, epoch numbers, seconds, values)} of every epoch metric."""
+        return {key: self._curve(series) for key, series in self.state.epoch_series.items()}
 
     @property
     def samples_per_s(self):
         """Samples per second over the whole run, all ranks together (each rank's own training time)."""
-        rates = [r["samples"] / r["seconds"] for r in self.throughput.values() if r.get("samples") and r.get("seconds")]
-        return sum(rates) if rates and len(rates) == len(self.throughput) else None
+        throughput = self.state.throughput.values()
+        rates = [r["samples"] / r["seconds"] for r in throughput if r.get("samples") and r.get("seconds")]
+        return sum(rates) if rates and len(rates) == len(throughput) else None
 
     @property
     def has_metrics(self):
-        return bool(self.batch or self.epoch_logs)
-
-
-def _downsample(points, budget):
-    """At most `budget` points: consecutive points averaged in equal buckets (every coordinate)."""
-    if len(points) <= budget:
-        return points
-    size = math.ceil(len(points) / budget)
-    return [tuple(sum(c) / len(c) for c in zip(*points[i : i + size])) for i in range(0, len(points), size)]
+        return bool(self.state.global_step or self.state.epoch_logs)
 
 
 # ------------------------------------------------------------------------------------------ kept results
@@ -396,7 +346,7 @@ def compare_jobs(store, ids, x="step", viewer=None, settings=None) -> dict:
         if "elapsed" not in run or run["state"] not in ("succeeded", "failed", "cancelled", "lost"):
             run["elapsed"] = Job.from_dict(run).elapsed
         run["cell_key"] = cell_key(cell_source(store, run["id"]))
-        data = RunData(store.metrics(run["id"])[0], settings.smoothing)
+        data = RunData(store.metrics(run["id"])[0], settings.smoothing, settings.max_points)
         if not data.has_metrics:
             raise UsageError(
                 f"job {run['id']} ({run['name']}, {run['state']}) recorded no training metrics "
@@ -406,23 +356,21 @@ def compare_jobs(store, ids, x="step", viewer=None, settings=None) -> dict:
         datas.append(data)
     curves = []
     for run, data in zip(runs, datas):
-        series = [(BATCH_LOSS, "batch", data.batch_points())]
-        series += [(key, "epoch", points) for key, points in data.epochs.items() if key != "learning_rate"]
-        for metric, kind, points in series:
-            if not points:
-                continue
-            step, epoch, seconds, y = zip(*_downsample(points, settings.max_points))
-            curves.append(
-                {
-                    "run": run["id"],
-                    "metric": metric,
-                    "kind": kind,
-                    "step": list(step),
-                    "epoch": list(epoch),
-                    "time": list(seconds),
-                    "y": list(y),
-                }
-            )
+        series = [(BATCH_LOSS, "batch", data.batch_curve())]
+        series += [(key, "epoch", curve) for key, curve in data.epoch_curves().items() if key != "learning_rate"]
+        for metric, kind, (step, epoch, seconds, y) in series:
+            if y:
+                curves.append(
+                    {
+                        "run": run["id"],
+                        "metric": metric,
+                        "kind": kind,
+                        "step": step,
+                        "epoch": epoch,
+                        "time": seconds,
+                        "y": y,
+                    }
+                )
     return {
         "x": x,
         "x_titles": dict(X_TITLES),

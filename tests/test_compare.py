@@ -231,8 +231,8 @@ def test_a_restart_drops_what_its_checkpoint_did_not_keep():
         ]
         records.append({"kind": "epoch", "t": 4.0, "epoch": epoch, "logs": {"loss": 0.5}})
     run = RunData(records)
-    assert [p[0] for p in run.batch_points()] == [1, 2, 3, 4, 5, 6]
-    assert [p[1] for p in run.epochs["loss"]] == [1, 2, 3]
+    assert run.batch_curve()[0] == [1, 2, 3, 4, 5, 6]
+    assert run.epoch_curves()["loss"][1] == [1, 2, 3]  # epoch numbers
     assert len(run.epoch_logs) == 3
 
 

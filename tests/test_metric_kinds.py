@@ -1,5 +1,6 @@
 """The metric record kinds are defined once, in jupyter_dl/data/metric_kinds.json: every kind the sources write
-must be listed there (the panel's METRIC_KINDS is checked against the same file by labextension's vitest)."""
+must be listed there, and every listed kind has a reader (the panel reads none itself: the server draws its figures
+with the same live/state.py as the cell)."""
 
 import ast
 import json
@@ -45,3 +46,12 @@ def test_the_list_has_no_duplicates_and_the_scan_tells_records_from_other_dicts(
     assert len(_listed()) == len(set(_listed()))
     assert emitted_kinds('r = {"kind": "novel", "rank": 0, "t": now}') == {"novel"}
     assert emitted_kinds('curve = {"run": i, "kind": "batch", "y": ys}') == set()
+
+
+READERS = ("live/state.py", "launch/feed.py")
+
+
+def test_every_listed_kind_is_read():
+    sources = "".join((PACKAGE / reader).read_text() for reader in READERS)
+    unread = [kind for kind in _listed() if f'"{kind}"' not in sources]
+    assert not unread, f"metric kinds nobody reads ({', '.join(READERS)}): {unread}"

@@ -66,7 +66,15 @@ async def test_errors_are_json_with_code_and_status(jp_fetch, store):
 
 
 @pytest.mark.parametrize(
-    "path", [("jobs",), ("jobs", "abc"), ("jobs", "abc", "metrics"), ("jobs", "abc", "logs"), ("cluster",)]
+    "path",
+    [
+        ("jobs",),
+        ("jobs", "abc"),
+        ("jobs", "abc", "metrics"),
+        ("jobs", "abc", "figures"),
+        ("jobs", "abc", "logs"),
+        ("cluster",),
+    ],
 )
 async def test_unauthenticated_requests_are_refused(jp_fetch, path):
     with pytest.raises(HTTPClientError) as err:
@@ -422,3 +430,92 @@ async def test_a_model_not_kept_is_404(jp_fetch, store, name):
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-dl", "api", "jobs", running.id, "results", "model", "model")
     assert err.value.code == 404
+
+
+def _trace(figure, name):
+    return next(t for t in figure["data"] if t["name"] == name)
+
+
+async def test_figures_are_the_cells_loss_figure_and_follow_the_job(jp_fetch, store):
+    """The loss tab's figures: the cell's loss figure (same traces, plotly JSON with its template), the epoch rows
+    and the status; a poll with the last version gets `unchanged`; appended records show at the next poll; a
+    metrics file that was replaced is read again from its start."""
+    job = _trained(store, "fig", 2, losses=(1.0, 0.5, 0.25), steps=5)
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "figures", params={"theme": "dark"}))
+    loss = body["loss"]
+    assert len(_trace(loss, "loss (batch, smoothed)")["y"]) == 15  # one point per step: 3 epochs of 5
+    assert _trace(loss, "loss")["y"] == [1.0, 0.5, 0.25] and _trace(loss, "loss")["x"] == [5, 10, 15]
+    assert _trace(loss, "loss (batch)")["visible"] is False  # the raw steps, for the panel's toggle
+    assert loss["layout"]["template"]["layout"]["paper_bgcolor"] != "white"  # plotly_dark, expanded for plotly.js
+    assert [s["x0"] for s in loss["layout"]["shapes"]] == [5, 10, 15]  # epoch boundaries, as in the cell
+    assert body["resources"] is None  # no rank sampled its resources
+    assert [row["epoch"] for row in body["epochs"]] == [0, 1, 2] and body["epochs"][2]["logs"] == {"loss": 0.25}
+    assert body["status"] == {"state": "succeeded", "epochs_done": 3, "epochs": 3, "steps": 15, "restarts": 0}
+
+    again = await jp_fetch(
+        "jupyter-dl", "api", "jobs", job.id, "figures", params={"theme": "dark", "version": body["version"]}
+    )
+    assert await _json(again) == {"version": body["version"], "unchanged": True}
+
+    store.append_metrics(job.id, [{"kind": "batch", "t": 200.0, "epoch": 3, "step": 1, "logs": {"loss": 0.2}}])
+    grown = await _json(
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "figures", params={"version": body["version"]})
+    )
+    assert len(_trace(grown["loss"], "loss (batch, smoothed)")["y"]) == 16 and grown["status"]["steps"] == 16
+
+    path = store.job_dir(job.id) / "metrics.jsonl"
+    replaced = path.with_suffix(".new")
+    replaced.write_text(path.read_text().splitlines(keepends=True)[0])  # only a begin record
+    replaced.replace(path)
+    fresh = await _json(
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "figures", params={"version": grown["version"]})
+    )
+    assert fresh["status"]["steps"] == 0 and fresh["epochs"] == []
+
+
+async def test_figures_draw_each_rank_s_resources(jp_fetch, store):
+    job = _add(store, "res", "running")
+    store.append_metrics(
+        job.id,
+        [
+            {"kind": "resources", "rank": r, "t": 10.0 + i, "cpu": 50.0 + r, "rss_mb": 100.0 + i}
+            for i in range(3)
+            for r in range(2)
+        ],
+    )
+    body = await _json(await jp_fetch("jupyter-dl", "api", "jobs", job.id, "figures"))
+    names = sorted(t["name"] for t in body["resources"]["data"])
+    assert names == ["rank 0 CPU %", "rank 0 memory MB", "rank 1 CPU %", "rank 1 memory MB"]
+    assert _trace(body["resources"], "rank 1 CPU %")["x"] == [0.0, 1.0, 2.0]
+
+
+async def test_figures_of_an_unknown_job_or_with_a_bad_theme_are_json_errors(jp_fetch, store):
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", "nosuchjob", "figures")
+    assert err.value.code == 404 and json.loads(err.value.response.body)["code"] == "not_found"
+    job = _add(store, "m", "running")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-dl", "api", "jobs", job.id, "figures", params={"theme": "sepia"})
+    assert err.value.code == 400 and "theme must be one of" in json.loads(err.value.response.body)["message"]
+
+
+def test_figures_show_nobody_else_s_jobs(store):
+    """Viewer isolation, as for the other endpoints: another user's job is reported like a missing one."""
+    from jupyter_dl.server.service import JobService, NotFound
+
+    service = JobService(store)
+    bob = _trained(store, "b", 2, user="bob")
+    with pytest.raises(NotFound, match="no job"):
+        service.figures(bob.id, viewer="ann")
+    assert service.figures(bob.id, viewer="bob")["status"]["steps"] == 10
+
+
+async def test_compare_carries_the_figure_dl_compare_draws(jp_fetch, store):
+    one, two = _trained(store, "cmp", 1), _trained(store, "cmp", 2, losses=(0.9, 0.4))
+    body = await _json(
+        await jp_fetch("jupyter-dl", "api", "compare", params={"ids": f"{one.id},{two.id}", "x": "epoch"})
+    )
+    figure = body["figure"]
+    assert len(figure["data"]) == len(body["curves"]) >= 4
+    assert figure["layout"]["xaxis"]["title"]["text"] == "epoch"  # drawn against the axis asked for
+    assert {t["legendgroup"] for t in figure["data"]} == {one.id, two.id}

@@ -58,7 +58,8 @@ def figure(data, template="plotly_white", x=None):
         height=300 + 220 * (rows - 1),
         margin=dict(l=50, r=30, t=40, b=40),
         title=dict(text="compared: " + " vs ".join(r["label"] for r in data["runs"]), font=dict(size=13)),
-        legend=dict(orientation="h", y=-0.15 if rows == 1 else -0.1),
+        # Under the x axis title (which sits about 0.15 of the plot height below the axis), not over it.
+        legend=dict(orientation="h", yanchor="top", y=-0.3 if rows == 1 else -0.16),
         **backgrounds,
     )
     fig.update_yaxes(title_text="loss", row=1, col=1)

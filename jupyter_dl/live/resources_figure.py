@@ -63,6 +63,28 @@ def resource_traces(resources: dict):
     return traces
 
 
+def trace_specs(resources: dict) -> list:
+    """The scatter traces as plotly dicts, one per rank and series sampled: what the widget and the panel draw."""
+    return [
+        dict(
+            type="scatter",
+            name=name,
+            x=xs,
+            y=ys,
+            yaxis=axis,
+            mode="lines",
+            line=dict(width=1.5, dash=dash, color=color),
+        )
+        for name, xs, ys, axis, dash, color in resource_traces(resources)
+    ]
+
+
+def figure(resources: dict, template: str, width: int):
+    """The whole figure as a plain dict ({"data", "layout"}), or None before any rank sampled."""
+    specs = trace_specs(resources)
+    return {"data": specs, "layout": resource_layout(template, width)} if specs else None
+
+
 class ResourceFigure:
     """A plotly FigureWidget kept in step with TrainingState.resources; `widget` is None until samples arrive."""
 
@@ -74,8 +96,8 @@ class ResourceFigure:
 
     def update(self, resources: dict) -> bool:
         """Redraw from the state's series; True when the widget was created by this call (the view shows it)."""
-        traces = resource_traces(resources)
-        if not traces:
+        specs = trace_specs(resources)
+        if not specs:
             return False
         created = self.widget is None
         if created:
@@ -83,11 +105,11 @@ class ResourceFigure:
 
             self.widget = go.FigureWidget(layout=resource_layout(self.template, self.width))
         with self.widget.batch_update():
-            for name, xs, ys, axis, dash, color in traces:
-                if name not in self._traces:
-                    self.widget.add_scatter(
-                        name=name, yaxis=axis, mode="lines", line=dict(width=1.5, dash=dash, color=color)
-                    )
-                    self._traces[name] = self.widget.data[-1]
-                self._traces[name].x, self._traces[name].y = xs, ys
+            for spec in specs:
+                trace = self._traces.get(spec["name"])
+                if trace is None:
+                    self.widget.add_scatter(**{k: v for k, v in spec.items() if k != "type"})
+                    self._traces[spec["name"]] = self.widget.data[-1]
+                else:
+                    trace.x, trace.y = spec["x"], spec["y"]
         return created

@@ -16,9 +16,13 @@ class TrainingState:
     Keras 3 batch logs are running means over the epoch; the per-batch value is recovered as
     k*mean_k - (k-1)*mean_(k-1) and then smoothed (exponential average), as loss curves usually are.
     The x axis is the global step, so epoch boundaries are exact even for datasets of unknown length.
+
+    The one place this is done: the live view, the jobs panel (replaying metrics.jsonl, live/replay.py) and
+    comparisons (comparison.py) all read their curves from here. A `restart` record (the kernel writes it to the
+    job store) does what `restarted` does.
     """
 
-    def __init__(self, budget=2000, smoothing=0.9):
+    def __init__(self, budget=2000, smoothing=0.9, latency_window=100_000):
         self.budget = budget
         self.smoothing = smoothing
         self.epochs = None
@@ -29,12 +33,16 @@ class TrainingState:
         self.epoch = 0
         self.step = 0
         self.batch_loss = DownsampledSeries(budget)  # smoothed per-batch training loss
+        self.batch_loss_raw = DownsampledSeries(budget)  # the recovered per-batch loss itself (the panel's toggle)
+        self.begin = {}  # rank 0's first begin record: batch_size, epochs, steps, samples_per_epoch
+        self.began_t = None  # when rank 0 first began: where "seconds since training began" count from
         self.epoch_series = {}  # "loss", "val_loss", "accuracy", ... -> series
         self.epoch_logs = []  # last value per epoch: the history, exactly
         self.epoch_boundaries = []  # global step at each epoch end
         self.throughput = {}  # rank -> {"samples", "steps", "seconds"}
         self.ended_ranks = set()
-        self.latencies = deque(maxlen=100_000)  # engine batch end -> kernel saw it, seconds (recent)
+        # Engine batch end -> kernel saw it, seconds (recent): the kernel's benchmark; 0 keeps none (a server replay).
+        self.latencies = deque(maxlen=latency_window)
         self._undrawn = []  # engine times of batches not yet drawn
         self._prev_mean = {}
         self._ema = None
@@ -55,24 +63,33 @@ class TrainingState:
                 self.first_t = t if self.first_t is None else min(self.first_t, t)
                 self.last_t = t if self.last_t is None else max(self.last_t, t)
             if kind == "begin":
-                if self._pending_restart is not None:
-                    self._resume_at(record.get("initial_epoch") or 0)
-                self.ranks.add(record["rank"])
-                self.epochs = record.get("epochs") or self.epochs
-                self.steps = record.get("steps") or self.steps
-                self.batch_size = record.get("batch_size") or self.batch_size
+                self._begin(record)
             elif kind == "batch":
                 self._batch(record)
             elif kind == "epoch":
                 self._epoch(record)
             elif kind == "throughput":
-                self.throughput[record["rank"]] = {
+                self.throughput[record.get("rank", 0)] = {
                     k: record[k] for k in ("samples", "steps", "seconds", "allreduce_s") if k in record
                 }
             elif kind == "resources":
                 self._resources(record)
             elif kind == "end":
-                self.ended_ranks.add(record["rank"])
+                self.ended_ranks.add(record.get("rank", 0))
+            elif kind == "restart":
+                self.restarted(record.get("attempt", len(self.restarts) + 1), record.get("reason", ""))
+
+    def _begin(self, record):
+        if self._pending_restart is not None:
+            self._resume_at(record.get("initial_epoch") or 0)
+        rank = record.get("rank", 0)
+        if rank == 0 and not self.begin:
+            self.begin = dict(record)
+            self.began_t = record.get("t")
+        self.ranks.add(rank)
+        self.epochs = record.get("epochs") or self.epochs
+        self.steps = record.get("steps") or self.steps
+        self.batch_size = record.get("batch_size") or self.batch_size
 
     def _resources(self, record):
         """One rank's resource sample: kept per rank as parallel lists, thinned to the budget by dropping every
@@ -126,14 +143,17 @@ class TrainingState:
         self._prev_mean["loss"] = mean
         # Seeded with the first value, the exponential average needs no bias correction.
         self._ema = value if self._ema is None else self.smoothing * self._ema + (1 - self.smoothing) * value
-        self.batch_loss.add(self.global_step, self._ema)
+        self.batch_loss.add(self.global_step, self._ema, record["t"])
+        self.batch_loss_raw.add(self.global_step, value, record["t"])
 
     def _epoch(self, record):
         logs = record["logs"]
         self.epoch_logs.append(dict(logs))
         self.epoch_boundaries.append(self.global_step)
         for key, value in logs.items():
-            self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(self.global_step, value)
+            self.epoch_series.setdefault(key, DownsampledSeries(self.budget)).add(
+                self.global_step, value, record.get("t", 0.0)
+            )
 
     def restarted(self, attempt, reason):
         """The job restarts after a failure. Its next run begins at the epoch its checkpoint reached: what was
@@ -148,6 +168,7 @@ class TrainingState:
         self.epoch_logs = self.epoch_logs[:epoch]
         self.epoch_boundaries = self.epoch_boundaries[:epoch]
         self.batch_loss.truncate(self.global_step)
+        self.batch_loss_raw.truncate(self.global_step)
         for series in self.epoch_series.values():
             series.truncate(self.global_step)
         self._prev_mean = {}

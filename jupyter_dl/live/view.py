@@ -16,14 +16,11 @@ import json
 import math
 import time
 
+from . import loss_figure
+from .loss_figure import FIGURE_WIDTH
 from .resources_figure import ResourceFigure
 from .summary import as_html, as_text, summarize
 
-MAX_BOUNDARY_MARKS = 200  # beyond this, per-epoch markers on the epoch traces show the boundaries
-RESTART_COLOR = "#d62728"
-# One fixed size for the live widget and the static copy that replaces it: plotly.js gives an unsized widget its
-# 700 px default while the static renderer fills the cell, and the output jumped when the job ended.
-FIGURE_WIDTH, FIGURE_HEIGHT = 760, 360
 RATE_WINDOW_S = 3  # TrainingState's live-speed window
 RATE_HELP = (
     f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
@@ -90,29 +87,9 @@ class LiveView:
         import plotly.graph_objects as go
 
         self._progress_area()  # shown already when the launcher reported a cold start
-        self.figure = go.FigureWidget(layout=self._layout(job))
+        layout = loss_figure.layout(loss_figure.title_of(job.name, job.n), self.template)
+        self.figure = go.FigureWidget(layout=layout)
         self._box.children = [*self._box.children, self.figure]
-
-    def _layout(self, job):
-        from .theme import background_for
-
-        # The template's own background, not a transparent one: the static copy outlives a theme switch.
-        backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(self.template)}
-        return dict(
-            template=self.template,
-            width=FIGURE_WIDTH,
-            height=FIGURE_HEIGHT,
-            autosize=False,
-            margin=dict(l=50, r=50, t=40, b=40),
-            title=dict(text=f"{job.name} · {job.n} ranks", font=dict(size=13)),
-            **backgrounds,
-            xaxis=dict(title="step"),
-            yaxis=dict(title="loss"),
-            # plotly.js gives an overlaying axis tickmode "sync": ticks at the loss axis' gridlines, which read as
-            # 0.463, 0.581 on the metrics scale. Its own round ticks instead.
-            yaxis2=dict(title="metrics", overlaying="y", side="right", showgrid=False, tickmode="auto"),
-            legend=dict(orientation="h", y=-0.2),
-        )
 
     # --------------------------------------------------------------------------------------------- update
     def update(self, state, force=False):
@@ -123,53 +100,10 @@ class LiveView:
             return
         self._last_refresh = now
         with self.figure.batch_update():
-            self._set("loss (batch, smoothed)", state.batch_loss, axis="y", mode="lines", width=1)
-            for key, series in state.epoch_series.items():
-                axis = "y" if key.endswith("loss") else "y2"
-                self._set(
-                    key,
-                    series,
-                    axis=axis,
-                    mode="lines+markers",
-                    width=2,
-                    dash="dot" if key.startswith("val_") else None,
-                )
-            self.figure.layout.shapes = [
-                dict(
-                    type="line",
-                    x0=b,
-                    x1=b,
-                    yref="paper",
-                    y0=0,
-                    y1=1,
-                    line=dict(dash="dot", width=1, color="rgba(128,128,128,0.5)"),
-                )
-                for b in state.epoch_boundaries[-MAX_BOUNDARY_MARKS:]
-            ] + [
-                dict(
-                    type="line",
-                    x0=r["step"],
-                    x1=r["step"],
-                    yref="paper",
-                    y0=0,
-                    y1=1,
-                    line=dict(dash="dash", width=2, color=RESTART_COLOR),
-                )
-                for r in state.restarts
-            ]
-            self.figure.layout.annotations = [
-                dict(
-                    x=r["step"],
-                    y=1,
-                    yref="paper",
-                    yanchor="bottom",
-                    showarrow=False,
-                    text=f"restart {r['attempt']}",
-                    hovertext=r["reason"],
-                    font=dict(size=11, color=RESTART_COLOR),
-                )
-                for r in state.restarts
-            ]
+            for spec in loss_figure.traces(state):
+                self._set(spec)
+            self.figure.layout.shapes = loss_figure.shapes(state)
+            self.figure.layout.annotations = loss_figure.annotations(state)
         # Samples come about once a second, redraws up to ten times: resend the resource series only when they grew.
         if state.resource_samples != self._resource_samples_drawn:
             self._resource_samples_drawn = state.resource_samples
@@ -179,13 +113,14 @@ class LiveView:
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
         self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
 
-    def _set(self, name, series, axis, mode, width, dash=None):
-        xs, ys = series.points()
-        if name not in self._traces:
-            self.figure.add_scatter(name=name, yaxis=axis, mode=mode, line=dict(width=width, dash=dash))
-            self._traces[name] = self.figure.data[-1]
-        trace = self._traces[name]
-        trace.x, trace.y = xs, ys
+    def _set(self, spec):
+        """One trace of loss_figure.traces: added the first time its name appears, its data replaced after."""
+        trace = self._traces.get(spec["name"])
+        if trace is None:
+            self.figure.add_scatter(**{k: v for k, v in spec.items() if k != "type"})
+            self._traces[spec["name"]] = self.figure.data[-1]
+        else:
+            trace.x, trace.y = spec["x"], spec["y"]
 
     def _update_progress(self, p, waiting=False):
         if self.progress_bar is None:

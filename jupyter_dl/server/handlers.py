@@ -49,6 +49,15 @@ class _Base(APIHandler):
         self.set_status(status)
         return self.finish(json.dumps(result, default=str))
 
+    def _call_with_figures(self, fn, *args, **kwargs):
+        """Like _call, for replies holding plotly figures: plotly's own encoder writes them (numpy arrays, dates)."""
+        try:
+            result = fn(*args, **kwargs)
+        except ServiceError as exc:
+            self.set_status(exc.status)
+            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        return self.finish(json.dumps(result, cls=_figure_encoder()))
+
 
 class JobsHandler(_Base):
     @web.authenticated
@@ -81,6 +90,19 @@ class MetricsHandler(_Base):
             self.get_query_argument("since", "0"),
             viewer=self.viewer,
             limit=self.get_query_argument("limit", None),
+        )
+
+
+class FiguresHandler(_Base):
+    @web.authenticated
+    @authorized
+    def get(self, job_id):
+        return self._call_with_figures(
+            self.service.figures,
+            job_id,
+            viewer=self.viewer,
+            theme=self.get_query_argument("theme", "auto"),
+            version=self.get_query_argument("version", None),
         )
 
 
@@ -125,11 +147,12 @@ class CompareHandler(_Base):
     @web.authenticated
     @authorized
     def get(self):
-        return self._call(
+        return self._call_with_figures(
             self.service.compare,
             self.get_query_argument("ids", ""),
             self.get_query_argument("x", "step"),
             viewer=self.viewer,
+            theme=self.get_query_argument("theme", "auto"),
         )
 
 
@@ -172,8 +195,32 @@ class ClusterStopHandler(_Base):
 _stopping: set = set()  # tasks of stops under way
 
 
+def _warm_up_figures():
+    """plotly's imports, in the background: the first loss tab opened would otherwise wait for them."""
+    import threading
+
+    from ..live.job_figures import warm_up
+
+    threading.Thread(target=warm_up, name="jupyter-dl-plotly-warm-up", daemon=True).start()
+
+
+def _figure_encoder():
+    """plotly's JSON encoder, and as _call does, anything else it cannot write as its text."""
+    from plotly.utils import PlotlyJSONEncoder
+
+    class Encoder(PlotlyJSONEncoder):
+        def default(self, obj):
+            try:
+                return super().default(obj)
+            except TypeError:
+                return str(obj)
+
+    return Encoder
+
+
 def setup_handlers(web_app, service):
     web_app.settings["jupyter_dl_service"] = service
+    _warm_up_figures()
     base = url_path_join(web_app.settings["base_url"], "jupyter-dl", "api")
     job = r"/jobs/(?P<job_id>[A-Za-z0-9_-]+)"
     web_app.add_handlers(
@@ -182,6 +229,7 @@ def setup_handlers(web_app, service):
             (url_path_join(base, "jobs") + "/?", JobsHandler),
             (base + job + "/?", JobHandler),
             (base + job + "/metrics/?", MetricsHandler),
+            (base + job + "/figures/?", FiguresHandler),
             (base + job + "/logs/?", LogsHandler),
             (base + job + r"/results/model/(?P<name>[^/]+)/?", ModelDownloadHandler),
             (url_path_join(base, "compare") + "/?", CompareHandler),

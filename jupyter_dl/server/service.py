@@ -1,5 +1,5 @@
-"""What the REST API does, without tornado: list, read, cancel jobs; metrics and logs; kept models; comparisons;
-cluster and GPUs.
+"""What the REST API does, without tornado: list, read, cancel jobs; metrics, figures and logs; kept models;
+comparisons; cluster and GPUs.
 
 Handlers stay thin; everything here is plain Python that tests and other front ends can call directly.
 """
@@ -12,6 +12,9 @@ import time
 
 from ..jobs import FINAL_STATES, STATES, Job
 from ..jobs.results import RESULTS
+from ..live.replay import ReplayCache
+
+THEMES = ("light", "dark", "auto")  # the panel says which JupyterLab theme it shows; figures are drawn to match
 
 # What a kept model's file may be called: the Python name the cell bound it to (never a path).
 _MODEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -56,6 +59,7 @@ class JobService:
         self.store = store
         self.root_dir = root_dir
         self._finals = {}  # job id -> (metrics.jsonl size, last epoch logs): finished jobs are listed every poll
+        self._replays = ReplayCache()  # job id -> its metrics replayed so far: a tab polls every 2 s
 
     def _present(self, record):
         if record.get("state") in FINAL_STATES:
@@ -164,6 +168,25 @@ class JobService:
         records, next_line = self.store.metrics(job_id, since, limit)
         return {"records": records, "next": next_line, "more": limit is not None and len(records) >= limit}
 
+    def figures(self, job_id, viewer=None, theme="auto", version=None):
+        """The loss tab's figures, epoch rows and status (live/job_figures.py), from a per-job state that reads only
+        what metrics.jsonl gained since the last call. `version` is what the last reply said: when nothing changed
+        since, the reply is just {"version", "unchanged": True} (a finished job's tab costs nothing to keep open)."""
+        from ..live.job_figures import job_figures
+        from ..live.theme import template_for
+
+        if theme not in THEMES:
+            raise BadRequest(f"theme must be one of {', '.join(THEMES)}")
+        job = self._job(job_id, viewer)
+        self.store.reap_lost([job])
+        replay = self._replays.get(job_id, self.store.job_dir(job_id) / "metrics.jsonl")
+        replay.refresh()
+        template = template_for(theme)
+        current = f"{replay.generation}.{replay.offset}.{job.state}.{template}"
+        if version == current:
+            return {"version": current, "unchanged": True}
+        return {"version": current, **job_figures(job, replay.state, template)}
+
     def logs(self, job_id, rank=0, tail=None, stream="stdout", viewer=None):
         self._job(job_id, viewer)
         if stream not in ("stdout", "stderr"):
@@ -186,13 +209,18 @@ class JobService:
             )
         return path
 
-    def compare(self, ids, x="step", viewer=None):
-        """`comparison.compare_jobs` of the comma-separated `ids` (ids, unique id prefixes or job names)."""
+    def compare(self, ids, x="step", viewer=None, theme="auto"):
+        """`comparison.compare_jobs` of the comma-separated `ids` (ids, unique id prefixes or job names), with the
+        figure %dl_compare draws of it under "figure" (plotly JSON)."""
         from ..comparison import CompareSettings, UnknownJob, compare_jobs
         from ..errors import UsageError
+        from ..live.compare_figure import figure
+        from ..live.theme import template_for
 
+        if theme not in THEMES:
+            raise BadRequest(f"theme must be one of {', '.join(THEMES)}")
         try:
-            return compare_jobs(
+            data = compare_jobs(
                 self.store,
                 (ids or "").replace(",", " ").split(),
                 x=x or "step",
@@ -203,6 +231,7 @@ class JobService:
             raise NotFound(_first_line(exc)) from None
         except UsageError as exc:
             raise BadRequest(_first_line(exc)) from None
+        return {**data, "figure": figure(data, template_for(theme)).to_plotly_json()}
 
     def cluster(self, notebooks_by_pid=None, viewer=None):
         """Running clusters with the notebook that owns each (from the server's own kernels, else from the jobs its

@@ -12,9 +12,10 @@ import {
   IClusterInfo,
   IJob,
   IJobList,
+  IJobFigures,
   ILogsReply,
-  IMetricsPage,
-  LogStream
+  LogStream,
+  Theme
 } from './model';
 import { apiPath, QueryValue } from './url';
 
@@ -51,9 +52,12 @@ export class JobsApi {
     return this.request<ICancelReply>(['jobs', id], undefined, { method: 'DELETE' });
   }
 
-  /** Metric records from line `since` on; at most `limit` (the reply says `more` when it stopped there). */
-  metrics(id: string, since = 0, limit?: number): Promise<IMetricsPage> {
-    return this.request<IMetricsPage>(['jobs', id, 'metrics'], { since, limit });
+  /**
+   * The loss tab's figures drawn for `theme`; with the `version` of the last reply, only `{unchanged: true}` comes
+   * back when nothing changed since.
+   */
+  figures(id: string, theme: Theme, version?: string): Promise<IJobFigures> {
+    return this.request<IJobFigures>(['jobs', id, 'figures'], { theme, version });
   }
 
   logs(id: string, rank: number, stream: LogStream, tail: number): Promise<ILogsReply> {
@@ -61,8 +65,8 @@ export class JobsApi {
   }
 
   /** Two or more jobs side by side: their curves against `x`, and the table of settings, metrics and speed. */
-  compare(ids: string[], x: CompareAxis = 'step'): Promise<ICompareReply> {
-    return this.request<ICompareReply>(['compare'], { ids, x });
+  compare(ids: string[], x: CompareAxis = 'step', theme: Theme = 'light'): Promise<ICompareReply> {
+    return this.request<ICompareReply>(['compare'], { ids, x, theme });
   }
 
   cluster(): Promise<IClusterInfo> {

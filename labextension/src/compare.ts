@@ -1,16 +1,18 @@
 /**
- * The compare tab: the compare endpoint's curves for the selected jobs (against steps, epochs or wall time) and its
- * table of the settings that differ, final metrics and performance.
+ * The compare tab: the figure `%dl_compare` draws of the selected jobs (against steps, epochs or wall time), as the
+ * compare endpoint builds it, drawn by JupyterLab's plotly renderer; then its table of the settings that differ,
+ * final metrics and performance.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
-import { Message } from '@lumino/messaging';
-import { Widget } from '@lumino/widgets';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { PanelLayout, Widget } from '@lumino/widgets';
 
 import { JobsApi, errorMessage } from './api';
-import { compareChartSvg } from './compareChart';
 import { h, setText } from './dom';
+import { forPanel, pageTheme } from './figures';
 import { jobsIcon } from './icons';
 import { CompareAxis, ICompareReply } from './model';
+import { PlotlyBox } from './plotlyBox';
 
 const AXES: ReadonlyArray<[CompareAxis, string]> = [
   ['step', 'Steps'],
@@ -21,7 +23,8 @@ const AXES: ReadonlyArray<[CompareAxis, string]> = [
 export class CompareView extends Widget {
   constructor(
     private readonly _api: JobsApi,
-    readonly jobIds: string[]
+    readonly jobIds: string[],
+    rendermime: IRenderMimeRegistry | null
   ) {
     super();
     this.addClass('jp-dl-CompareView');
@@ -31,9 +34,14 @@ export class CompareView extends Widget {
     }
     this.axisSelect.addEventListener('change', () => void this.load());
     this._message = h('div', { className: 'jp-dl-plot-message', role: 'alert' });
-    this._chart = h('div', { className: 'jp-dl-compare-chart-box' }, 'Loading comparison…');
+    this._chart = new PlotlyBox(rendermime, 'jp-dl-compare-chart-box');
     this._table = h('table', { className: 'jp-dl-compare-table' });
-    this.node.append(this._message, this._chart, this._table);
+    const layout = (this.layout = new PanelLayout());
+    layout.addWidget(new Widget({ node: this._message }));
+    layout.addWidget(this._chart);
+    layout.addWidget(new Widget({ node: this._table }));
+    void this._chart.draw(null, 'Loading comparison…');
+    PlotlyBox.preload(rendermime);
     void this.load();
   }
 
@@ -43,37 +51,14 @@ export class CompareView extends Widget {
   async load(): Promise<void> {
     const x = this.axisSelect.value as CompareAxis;
     try {
-      this._data = await this._api.compare(this.jobIds, x);
+      this._data = await this._api.compare(this.jobIds, x, pageTheme(document.body));
       setText(this._message, '');
     } catch (error) {
       this._data = null;
       setText(this._message, `Cannot compare these jobs: ${errorMessage(error)}`);
     }
-    this._draw();
     this._renderTable();
-  }
-
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this._draw();
-  }
-
-  protected onResize(msg: Widget.ResizeMessage): void {
-    super.onResize(msg);
-    this._draw();
-  }
-
-  private _draw(): void {
-    if (!this._data) {
-      this._chart.textContent = '';
-      return;
-    }
-    const width = this._chart.clientWidth - 24 || 720;
-    // Markup built by compareChartSvg from numbers and escaped labels only.
-    this._chart.innerHTML = compareChartSvg(this._data, this.axisSelect.value as CompareAxis, {
-      width,
-      height: 320
-    });
+    await this._chart.draw(this._data ? forPanel(this._data.figure) : null);
   }
 
   private _renderTable(): void {
@@ -104,7 +89,7 @@ export class CompareView extends Widget {
 
   private _data: ICompareReply | null = null;
   private _message: HTMLElement;
-  private _chart: HTMLElement;
+  private _chart: PlotlyBox;
   private _table: HTMLTableElement;
 }
 
@@ -114,8 +99,12 @@ export function compareWidgetId(jobIds: string[]): string {
 }
 
 /** The compare tab for `jobIds` (two or more). */
-export function createCompareWidget(api: JobsApi, jobIds: string[]): MainAreaWidget<CompareView> {
-  const content = new CompareView(api, jobIds);
+export function createCompareWidget(
+  api: JobsApi,
+  jobIds: string[],
+  rendermime: IRenderMimeRegistry | null
+): MainAreaWidget<CompareView> {
+  const content = new CompareView(api, jobIds, rendermime);
   const widget = new MainAreaWidget({ content });
   widget.id = compareWidgetId(jobIds);
   widget.addClass('jp-dl-compare-widget');

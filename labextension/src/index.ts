@@ -11,6 +11,7 @@ import {
   showDialog,
   showErrorMessage
 } from '@jupyterlab/apputils';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
@@ -63,9 +64,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-dl:plugin',
   description: 'Distributed deep learning from notebooks: the distributed jobs sidebar.',
   autoStart: true,
+  requires: [IRenderMimeRegistry],
   optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
   activate: (
     app: JupyterFrontEnd,
+    rendermime: IRenderMimeRegistry,
     palette: ICommandPalette | null,
     settingRegistry: ISettingRegistry | null,
     restorer: ILayoutRestorer | null
@@ -154,7 +157,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
             return;
           }
           const job = await findJob(id);
-          const widget = createPlotWidget(api, job, { interval: config.pollInterval });
+          const widget = createPlotWidget(api, job, { interval: config.pollInterval, rendermime });
           plotTabs.set(id, widget);
           widget.disposed.connect(() => plotTabs.delete(id));
           shell.add(widget, 'main');
@@ -214,7 +217,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const ids = (args.ids as unknown[]).map(String);
         const id = compareWidgetId(ids);
         if (![...shell.widgets('main')].some(w => w.id === id)) {
-          shell.add(createCompareWidget(api, ids), 'main');
+          shell.add(createCompareWidget(api, ids, rendermime), 'main');
         }  // else the same jobs are compared already: show that tab
         shell.activateById(id);
       }
@@ -315,7 +318,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       modelUrl: (job, name) => URLExt.join(api.settings.baseUrl, modelDownloadPath(job.id, name)),
       refresh: () => void commands.execute(CommandIDs.refreshJobs),
       gettingStarted: () => void commands.execute(CommandIDs.gettingStarted)
-    });
+    }, rendermime);
     shell.add(panel, 'left', { rank: 900 });
     restorer?.add(panel, 'jupyter-dl-jobs');
 

@@ -94,49 +94,6 @@ export interface ICancelReply {
   state: string;
 }
 
-/**
- * Every kind of metric record the kernel and ranks write; the same list as jupyter_dl/data/metric_kinds.json
- * (test/metricKinds.test.ts checks they agree).
- */
-export const METRIC_KINDS = [
-  'begin',
-  'batch',
-  'epoch',
-  'throughput',
-  'end',
-  'resources',
-  'stall',
-  'restart'
-] as const;
-
-export type MetricKind = (typeof METRIC_KINDS)[number];
-
-/** One record of `GET jupyter-dl/api/jobs/{id}/metrics`. */
-export interface IMetricRecord {
-  kind: MetricKind;
-  t?: number;
-  rank?: number;
-  /** Zero-based epoch index (batch, epoch, throughput). */
-  epoch?: number;
-  /** One-based step within the epoch (batch). */
-  step?: number;
-  /** Steps per epoch when known (begin, batch). */
-  steps?: number | null;
-  /** Epochs (begin). */
-  epochs?: number | null;
-  /** batch: Keras running means within the epoch; epoch: the epoch's logs. */
-  logs?: { [key: string]: number };
-  [key: string]: unknown;
-}
-
-export interface IMetricsPage {
-  records: IMetricRecord[];
-  /** The `since` to ask for next time. */
-  next: number;
-  /** The page stopped at the `limit` asked for: more records are written already. */
-  more?: boolean;
-}
-
 export type LogStream = 'stdout' | 'stderr';
 
 export interface ILogsReply {
@@ -177,6 +134,45 @@ export interface IErrorBody {
   message: string;
 }
 
+/** A plotly figure as plotly.py writes it (`Figure.to_plotly_json`): drawn by JupyterLab's plotly mime renderer. */
+export interface IPlotlyFigure {
+  data: Array<{ name?: string; visible?: boolean | 'legendonly'; [key: string]: unknown }>;
+  layout: { [key: string]: any };
+  config?: { [key: string]: unknown };
+}
+
+/** One row of the loss tab's epoch table: the epoch's logs (rank 0). */
+export interface IEpochRow {
+  /** Zero-based epoch index. */
+  epoch: number;
+  logs: { [key: string]: number };
+}
+
+/**
+ * `GET jupyter-dl/api/jobs/{id}/figures?theme=&version=` (jupyter_dl/live/job_figures.py): the cell's loss and
+ * resources figures, the last epochs' logs and the status line's numbers; only `{version, unchanged: true}` when
+ * nothing changed since the version asked with.
+ */
+export interface IJobFigures {
+  version: string;
+  unchanged?: boolean;
+  loss?: IPlotlyFigure;
+  /** Null until a rank sampled its CPU and memory. */
+  resources?: IPlotlyFigure | null;
+  /** Oldest first, at most the last 50. */
+  epochs?: IEpochRow[];
+  status?: {
+    state: string;
+    epochs_done: number;
+    epochs: number | null;
+    /** Optimizer steps so far (global). */
+    steps: number;
+    restarts: number;
+  };
+}
+
+export type Theme = 'light' | 'dark';
+
 export type CompareAxis = 'step' | 'epoch' | 'time';
 
 /** `GET jupyter-dl/api/compare?ids=a,b&x=step` (jupyter_dl/comparison.py `compare_jobs`). */
@@ -203,4 +199,6 @@ export interface ICompareReply {
     y: number[];
   }>;
   table: Array<{ section: string; name: string; values: unknown[]; text: string[] }>;
+  /** The figure `%dl_compare` draws of these curves, against `x`. */
+  figure: IPlotlyFigure;
 }

@@ -1,52 +1,53 @@
 /**
- * The loss plot tab: loss per step and per-epoch loss/val_loss from the metrics endpoint, drawn as SVG, and under it
- * small per-rank charts of the ranks' CPU, memory and GPU use (the `resources` records of the same pages).
+ * The loss plot tab: the figures the notebook cell shows (loss, and under it each rank's CPU, memory and GPU use),
+ * built by the server from the job's metrics (GET .../figures) and drawn by JupyterLab's plotly renderer; then the
+ * last epochs' logs as a table.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { Message } from '@lumino/messaging';
-import { Widget } from '@lumino/widgets';
+import { PanelLayout, Widget } from '@lumino/widgets';
 
 import { JobsApi } from './api';
-import { ILossSeries, LossSeriesBuilder, lossChartSvg } from './chart';
 import { h, setText } from './dom';
+import { epochColumns, forPanel, pageTheme, statusText } from './figures';
 import { formatMetric, tabTitle } from './format';
 import { jobsIcon } from './icons';
 import { widgetId } from './logs';
-import { IJob } from './model';
-import { RESOURCE_FIELDS, ResourceSeriesBuilder, resourceChartSvg } from './resources';
+import { IJob, IJobFigures, Theme } from './model';
+import { PlotlyBox } from './plotlyBox';
 import { JobTabView } from './watch';
-
-/** Records asked for per request: the first page draws at once, however long the job has run. */
-export const METRICS_PAGE_SIZE = 5000;
-/**
- * Pages fetched in one tick while the server says there are more (catching up on a long job): the chart is redrawn
- * after every page, so it shows from the first one on and fills in; the next tick goes on from there.
- */
-const MAX_PAGES_PER_TICK = 40;
 
 export class LossPlotView extends JobTabView {
   constructor(
     api: JobsApi,
     job: IJob,
-    options: { interval: number }
+    options: { interval: number; rendermime: IRenderMimeRegistry | null }
   ) {
     super(api, job, 'jp-dl-plot-message');
     this.addClass('jp-dl-PlotView');
 
     this.logToggle = this._checkbox('Log scale', 'jp-dl-plot-log', false, on => {
       this._logY = on;
-      this._draw();
+      void this._draw();
     });
-    this.rawToggle = this._checkbox('Raw steps', 'jp-dl-plot-raw', true, on => {
+    // Off by default: then the tab shows what the cell shows.
+    this.rawToggle = this._checkbox('Raw steps', 'jp-dl-plot-raw', false, on => {
       this._showRaw = on;
-      this._draw();
+      void this._draw();
     });
     this.status = h('span', { className: 'jp-dl-plot-status' });
 
-    this._chart = h('div', { className: 'jp-dl-plot-chart' });
-    this._resources = h('div', { className: 'jp-dl-resource-charts' });
+    this._loss = new PlotlyBox(options.rendermime, 'jp-dl-plot-chart');
+    this._resources = new PlotlyBox(options.rendermime, 'jp-dl-resource-charts');
     this._table = h('table', { className: 'jp-dl-epoch-table' });
-    this.node.append(this._message, this._chart, this._resources, this._table);
+    const layout = (this.layout = new PanelLayout());
+    layout.addWidget(new Widget({ node: this._message }));
+    layout.addWidget(this._loss);
+    layout.addWidget(this._resources);
+    layout.addWidget(new Widget({ node: this._table }));
+    void this._loss.draw(null, 'Loading metrics…');
+    PlotlyBox.preload(options.rendermime);
 
     this.startWatching(options.interval);
   }
@@ -55,121 +56,62 @@ export class LossPlotView extends JobTabView {
   readonly rawToggle: HTMLElement;
   readonly status: HTMLElement;
 
-  get series(): ILossSeries {
-    return this._builder.series;
-  }
-
-  /** Called by the watcher on every tick: new records since the last one. */
+  /** Called by the watcher on every tick: the figures, unless nothing changed since the last reply. */
   fetchData(): Promise<void> {
-    return this.fetchMetrics();
-  }
-
-  fetchMetrics(): Promise<void> {
-    // One request chain at a time: two in flight with the same `since` would add records twice.
+    // One request at a time: a slow server must not have two replies race to the screen.
     if (!this._inflight) {
-      this._inflight = this._fetchMetrics().finally(() => {
+      this._inflight = this._fetch().finally(() => {
         this._inflight = null;
       });
     }
     return this._inflight;
   }
 
-  /**
-   * Fetches what was written since the last call, a page at a time, and draws after each page. A page comes back
-   * with `more` only when it stopped at the page size; a running job keeps writing, so an empty page is never
-   * waited for: what is written now is drawn now, and the watcher's next tick follows on.
-   */
-  private async _fetchMetrics(): Promise<void> {
-    for (let page = 0; page < MAX_PAGES_PER_TICK; page++) {
-      const since = this._next;
-      const reply = await this.api.metrics(this._job.id, since, METRICS_PAGE_SIZE);
-      const records = reply.records ?? [];
-      if (typeof reply.next === 'number') {
-        this._next = reply.next;
-      }
-      const lossChanged = this._builder.add(records);
-      const changed = this._resourceBuilder.add(records) || lossChanged;
-      this.clearError();
-      if (changed || !this._loaded) {
-        this._loaded = true;
-        this._draw();
-        this._renderTable();
-      }
-      this._updateStatus();
-      if (reply.more !== true || records.length === 0 || this._next <= since) {
-        break;
-      }
-      // Let the browser paint this page before the next request (a timer: animation frames stop in hidden tabs).
-      await new Promise(resolve => setTimeout(resolve, 0));
+  private async _fetch(): Promise<void> {
+    const theme = pageTheme(document.body);
+    const known = theme === this._theme ? this._figures?.version : undefined;
+    const reply = await this.api.figures(this._job.id, theme, known);
+    this.clearError();
+    if (reply.unchanged && this._figures) {
+      return;
     }
+    this._figures = reply;
+    this._theme = theme;
+    this._renderTable();
+    this._updateStatus();
+    await this._draw();
   }
 
   protected onAfterShow(msg: Message): void {
-    this._draw();
     super.onAfterShow(msg);
+    if (pageTheme(document.body) !== this._theme) {
+      void this.fetchData();  // the theme changed while hidden: the figures follow it
+    }
   }
 
-  protected onResize(msg: Widget.ResizeMessage): void {
-    super.onResize(msg);
-    this._draw();
-  }
-
-  private _draw(): void {
-    if (!this.isVisible) {
+  private async _draw(): Promise<void> {
+    const figures = this._figures;
+    if (!figures?.loss) {
       return;
     }
-    const style = getComputedStyle(this._chart);
-    const padX = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) || 0;
-    const padY = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom) || 0;
-    const width = this._chart.clientWidth - padX || 640;
-    const height = this._chart.clientHeight - padY || 320;
-    if (!this._loaded) {
-      setText(this._chart, 'Loading metrics…');
-      return;
-    }
-    // Markup built by lossChartSvg from numbers and escaped fixed labels only.
-    this._chart.innerHTML = lossChartSvg(this._builder.series, {
-      width,
-      height,
-      logY: this._logY,
-      showRaw: this._showRaw
-    });
-    this._drawResources(width);
-  }
-
-  /** The per-rank resource charts, two to a row under the loss chart; none until a rank sampled. */
-  private _drawResources(width: number): void {
-    const size = { width: Math.max(240, width / 2 - 8), height: 140 };
-    // Markup built by resourceChartSvg from numbers and escaped fixed labels only.
-    this._resources.innerHTML = RESOURCE_FIELDS.map(f =>
-      resourceChartSvg(this._resourceBuilder.series, f.key, size)
-    ).join('');
+    const options = { logY: this._logY, showRaw: this._showRaw };
+    await Promise.all([
+      this._loss.draw(forPanel(figures.loss, options)),
+      this._resources.draw(figures.resources ? forPanel(figures.resources) : null)
+    ]);
   }
 
   private _renderTable(): void {
-    const epochs = this._builder.series.epochs;
+    const epochs = this._figures?.epochs ?? [];
     const table = this._table;
     table.textContent = '';
     if (epochs.length === 0) {
       return;
     }
-    const keys = new Set<string>();
-    for (const e of epochs) {
-      Object.keys(e.logs).forEach(k => keys.add(k));
-    }
-    const order = (k: string): [number, string] => {
-      const base = k.startsWith('val_') ? k.slice(4) : k;
-      return [base === 'loss' ? 0 : 1, `${base}\u0000${k.startsWith('val_') ? 1 : 0}`];
-    };
-    const columns = [...keys].sort((a, b) => {
-      const [ra, sa] = order(a);
-      const [rb, sb] = order(b);
-      return ra - rb || (sa < sb ? -1 : sa > sb ? 1 : 0);
-    });
+    const columns = epochColumns(epochs);
     const head = h('tr', {}, h('th', {}, 'epoch'), ...columns.map(c => h('th', {}, c)));
     const body = h('tbody');
-    // Newest first, at most the last 50 epochs.
-    for (const e of epochs.slice(-50).reverse()) {
+    for (const e of [...epochs].reverse()) {  // newest first
       body.appendChild(
         h(
           'tr',
@@ -183,14 +125,7 @@ export class LossPlotView extends JobTabView {
   }
 
   protected _updateStatus(): void {
-    const s = this._builder.series;
-    const epochs = s.epochsPlanned ? `/${s.epochsPlanned}` : '';
-    const parts = [
-      this._job.state,
-      `${s.epochs.length}${epochs} epochs`,
-      s.step.length ? `${s.step.length} steps` : ''
-    ].filter(Boolean);
-    setText(this.status, parts.join(' · '));
+    setText(this.status, statusText(this._figures?.status, this._job.state));
   }
 
   private _checkbox(
@@ -206,14 +141,12 @@ export class LossPlotView extends JobTabView {
   }
 
   private _inflight: Promise<void> | null = null;
-  private _builder = new LossSeriesBuilder('loss');
-  private _resourceBuilder = new ResourceSeriesBuilder();
-  private _next = 0;
-  private _loaded = false;
+  private _figures: IJobFigures | null = null;
+  private _theme: Theme | null = null;
   private _logY = false;
-  private _showRaw = true;
-  private _chart: HTMLElement;
-  private _resources: HTMLElement;
+  private _showRaw = false;
+  private _loss: PlotlyBox;
+  private _resources: PlotlyBox;
   private _table: HTMLTableElement;
 }
 
@@ -221,7 +154,7 @@ export class LossPlotView extends JobTabView {
 export function createPlotWidget(
   api: JobsApi,
   job: IJob,
-  options: { interval: number }
+  options: { interval: number; rendermime: IRenderMimeRegistry | null }
 ): MainAreaWidget<LossPlotView> {
   const content = new LossPlotView(api, job, options);
   const widget = new MainAreaWidget({ content });

@@ -1,0 +1,57 @@
+"""What the jobs panel's loss tab shows of one job: the loss and resources figures the cell shows (built by the same
+code, loss_figure.py and resources_figure.py), the rows of the epoch table and the numbers of its status line.
+
+Figures are plotly's own JSON-able dicts (`Figure.to_plotly_json`): the template named by the cell is expanded into
+them, since plotly.js knows no templates by name. Serialise the result with plotly.utils.PlotlyJSONEncoder.
+"""
+
+from . import loss_figure, resources_figure
+
+EPOCH_ROWS = 50  # the table shows the last 50 epochs
+
+
+def _plotly(spec):
+    import plotly.graph_objects as go
+
+    return go.Figure(spec).to_plotly_json() if spec is not None else None
+
+
+def job_figures(job, state, template) -> dict:
+    """{"loss", "resources" (None before any rank sampled), "epochs": [{"epoch", "logs"}] oldest first, "status"}.
+    The loss figure carries the raw per-batch loss as a hidden trace, for the panel's "Raw steps" toggle."""
+    title = loss_figure.title_of(job.name, job.n)
+    epochs = [{"epoch": i, "logs": logs} for i, logs in enumerate(state.epoch_logs)]
+    return {
+        "loss": _plotly(loss_figure.figure(state, title, template, raw=True)),
+        "resources": _plotly(resources_figure.figure(state.resources, template, loss_figure.FIGURE_WIDTH)),
+        "epochs": epochs[-EPOCH_ROWS:],
+        "status": {
+            "state": job.state,
+            "epochs_done": len(state.epoch_logs),
+            "epochs": state.epochs,
+            "steps": state.global_step,
+            "restarts": len(state.restarts),
+        },
+    }
+
+
+def warm_up():
+    """Build the figures of a tiny run once, so that plotly's imports and validators (about half a second, cold) are
+    loaded before the first tab asks, not while it waits."""
+    from types import SimpleNamespace
+
+    from .state import TrainingState
+
+    state = TrainingState(budget=2, latency_window=0)
+    state.consume(
+        [
+            {"kind": "begin", "rank": 0, "t": 0.0, "epochs": 1, "steps": 1},
+            {"kind": "batch", "t": 0.5, "epoch": 0, "step": 1, "logs": {"loss": 1.0}},
+            {"kind": "epoch", "t": 1.0, "epoch": 0, "logs": {"loss": 1.0}},
+            {"kind": "restart", "attempt": 1, "reason": "warm-up"},
+            {"kind": "begin", "rank": 0, "t": 2.0, "epochs": 1, "steps": 1, "initial_epoch": 1},
+            {"kind": "resources", "rank": 0, "t": 2.0, "cpu": 1.0},
+        ]
+    )
+    for template in ("plotly_white", "plotly_dark"):
+        job_figures(SimpleNamespace(name="warm-up", n=1, state="running"), state, template)
