@@ -69,12 +69,7 @@ export function placeAt(parent: Element, child: Element, index: number): void {
 }
 
 /** Shows `child` inside `parent` (before `before` when given) or takes it out. */
-export function toggleChild(
-  parent: Element,
-  child: Element,
-  show: boolean,
-  before: Element | null = null
-): void {
+export function toggleChild(parent: Element, child: Element, show: boolean, before: Element | null = null): void {
   if (show && child.parentElement !== parent) {
     parent.insertBefore(child, before && before.parentElement === parent ? before : null);
   } else if (!show && child.parentElement === parent) {

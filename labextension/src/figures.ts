@@ -36,9 +36,7 @@ export function forPanel(figure: IPlotlyFigure, options: IPanelOptions = {}): IP
   if (options.logY) {
     layout.yaxis = { ...(layout.yaxis ?? {}), type: 'log' };
   }
-  const data = figure.data.map(trace =>
-    trace.name === RAW_LOSS ? { ...trace, visible: !!options.showRaw } : trace
-  );
+  const data = figure.data.map(trace => (trace.name === RAW_LOSS ? { ...trace, visible: !!options.showRaw } : trace));
   return { data, layout, config: { displaylogo: false, ...(figure.config ?? {}) } };
 }
 

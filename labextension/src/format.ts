@@ -32,10 +32,7 @@ export function formatDuration(seconds: number | null | undefined): string {
 /**
  * `ETA 3m 05s` for a job that is still going and has an estimate, else ''.
  */
-export function formatEta(
-  etaSeconds: number | null | undefined,
-  state: string
-): string {
+export function formatEta(etaSeconds: number | null | undefined, state: string): string {
   if (!isActive(state) || !finite(etaSeconds) || etaSeconds < 0) {
     return '';
   }
@@ -113,10 +110,7 @@ export function startedAt(job: Pick<IJob, 'created' | 'timestamps'>): number | n
  * The final metrics of a finished job, the loss first: `loss 0.0123 · accuracy 0.97`, at most `limit` of them;
  * '' when none were recorded.
  */
-export function formatFinalMetrics(
-  metrics: { [name: string]: number } | null | undefined,
-  limit = 2
-): string {
+export function formatFinalMetrics(metrics: { [name: string]: number } | null | undefined, limit = 2): string {
   if (!metrics) {
     return '';
   }

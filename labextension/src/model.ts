@@ -5,14 +5,7 @@
  */
 
 /** Every state a job can be in; the last four are final. */
-export type JobState =
-  | 'queued'
-  | 'starting'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled'
-  | 'lost';
+export type JobState = 'queued' | 'starting' | 'running' | 'succeeded' | 'failed' | 'cancelled' | 'lost';
 
 export const JOB_STATES: readonly JobState[] = [
   'queued',

@@ -161,10 +161,11 @@ export class JobsPanel extends Widget {
     }
     this.node.dataset.plotly = 'loading';
     const idle = (window as any).requestIdleCallback ?? ((fn: () => void) => setTimeout(fn, 500));
-    idle(() =>
-      void PlotlyBox.preload(this._rendermime).then(() => {
-        this.node.dataset.plotly = 'ready';
-      })
+    idle(
+      () =>
+        void PlotlyBox.preload(this._rendermime).then(() => {
+          this.node.dataset.plotly = 'ready';
+        })
     );
   }
 
@@ -237,7 +238,7 @@ export class JobsPanel extends Widget {
     }
     for (const id of [...this._selected]) {
       if (!seen.has(id)) {
-        this._selected.delete(id);  // a job no longer listed (cleared, pruned) is no longer selected
+        this._selected.delete(id); // a job no longer listed (cleared, pruned) is no longer selected
       }
     }
     this._updateCompare();
@@ -303,11 +304,7 @@ export class JobsPanel extends Widget {
           },
           notebook ? basename(notebook) : owner ? `kernel ${owner.kernel_pid}` : cluster.cluster_id
         ),
-        h(
-          'span',
-          { className: 'jp-dl-cluster-engines' },
-          `${engines} ${engines === 1 ? 'engine' : 'engines'}`
-        ),
+        h('span', { className: 'jp-dl-cluster-engines' }, `${engines} ${engines === 1 ? 'engine' : 'engines'}`),
         stop
       ),
       h(
@@ -342,9 +339,7 @@ export class JobsPanel extends Widget {
       return;
     }
     if (info.clusters.length === 0) {
-      body.appendChild(
-        h('div', { className: 'jp-dl-muted' }, 'No cluster running; %%distribute starts one.')
-      );
+      body.appendChild(h('div', { className: 'jp-dl-muted' }, 'No cluster running; %%distribute starts one.'));
     }
     for (const cluster of info.clusters) {
       body.appendChild(this._clusterRow(cluster));
@@ -353,9 +348,7 @@ export class JobsPanel extends Widget {
       body.appendChild(h('div', { className: 'jp-dl-muted' }, 'No GPUs found (CPU only).'));
     }
     for (const gpu of info.gpus) {
-      const util = clampFraction(
-        typeof gpu.utilization === 'number' ? gpu.utilization / 100 : null
-      );
+      const util = clampFraction(typeof gpu.utilization === 'number' ? gpu.utilization / 100 : null);
       const used = gpu.memory_used_mb;
       const total = gpu.memory_total_mb;
       const mem = clampFraction(
@@ -452,28 +445,16 @@ class JobRow {
     this._rate = h('span', { className: 'jp-dl-job-rate' });
     this._error = h('div', { className: 'jp-dl-job-error' });
 
-    this._logs = this._button('jp-dl-logs', 'Logs', 'Show the ranks’ output', job =>
-      this._actions.logs(job)
-    );
-    this._plot = this._button('jp-dl-plot', 'Plot', 'Plot loss per step and per epoch', job =>
-      this._actions.plot(job)
-    );
+    this._logs = this._button('jp-dl-logs', 'Logs', 'Show the ranks’ output', job => this._actions.logs(job));
+    this._plot = this._button('jp-dl-plot', 'Plot', 'Plot loss per step and per epoch', job => this._actions.plot(job));
     this._open = this._button('jp-dl-open', 'Notebook', 'Open the notebook that started this job', job =>
       this._actions.openNotebook(job)
     );
-    this._cancel = this._button('jp-dl-cancel', 'Cancel', 'Cancel this job', job =>
-      this._actions.cancel(job)
-    );
+    this._cancel = this._button('jp-dl-cancel', 'Cancel', 'Cancel this job', job => this._actions.cancel(job));
     this._actionBar = h('div', { className: 'jp-dl-job-actions' }, this._logs, this._plot);
     this._models = h('div', { className: 'jp-dl-job-models' });
 
-    this._stats = h(
-      'div',
-      { className: 'jp-dl-job-stats' },
-      this._spark,
-      this._epoch,
-      this._final
-    );
+    this._stats = h('div', { className: 'jp-dl-job-stats' }, this._spark, this._epoch, this._final);
     // Speed and time on a line of their own: beside the epoch and step they were cut to a few letters each.
     this._timing = h('div', { className: 'jp-dl-job-timing' }, this._rate, this._elapsed, this._eta);
     this.node = h(
@@ -576,10 +557,7 @@ class JobRow {
     const fraction = clampFraction(progress.fraction);
     setAttr(this._progress, 'data-fraction', fraction === null ? '' : String(fraction));
     setAttr(this._progress, 'aria-valuenow', fraction === null ? null : String(Math.round(fraction * 100)));
-    this._progress.classList.toggle(
-      'jp-mod-indeterminate',
-      fraction === null && isActive(job.state)
-    );
+    this._progress.classList.toggle('jp-mod-indeterminate', fraction === null && isActive(job.state));
     const width = `${((fraction ?? 0) * 100).toFixed(1)}%`;
     if (this._fill.style.width !== width) {
       this._fill.style.width = width;
@@ -615,12 +593,7 @@ class JobRow {
     setText(this._cancel, cancelling ? 'Cancelling…' : 'Cancel');
   }
 
-  private _button(
-    cls: string,
-    label: string,
-    title: string,
-    action: (job: IJob) => void
-  ): HTMLButtonElement {
+  private _button(cls: string, label: string, title: string, action: (job: IJob) => void): HTMLButtonElement {
     const button = h('button', { className: `jp-dl-text-button ${cls}`, type: 'button', title }, label);
     button.addEventListener('click', event => {
       event.stopPropagation();

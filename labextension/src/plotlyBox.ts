@@ -72,9 +72,11 @@ export class PlotlyBox extends Widget {
 
   /** Draws `figure`, or shows `placeholder` (a line of text) when it is null. Calls are drawn in order. */
   draw(figure: IPlotlyFigure | null, placeholder = ''): Promise<void> {
-    this._queue = this._queue.then(() => this._draw(figure, placeholder)).catch(error => {
-      this._setNote(`Cannot draw the figure: ${error instanceof Error ? error.message : String(error)}`);
-    });
+    this._queue = this._queue
+      .then(() => this._draw(figure, placeholder))
+      .catch(error => {
+        this._setNote(`Cannot draw the figure: ${error instanceof Error ? error.message : String(error)}`);
+      });
     return this._queue;
   }
 
@@ -107,7 +109,7 @@ export class PlotlyBox extends Widget {
     // The renderer may write into the figure (a default height): it gets its own copy of the layout.
     const data = { [PLOTLY_MIME]: { ...figure, layout: { ...figure.layout } } } as any;
     await renderer.renderModel(new MimeModel({ data }));
-    this._drop();  // the previous renderer, if any: replaced only now that the new one is drawn
+    this._drop(); // the previous renderer, if any: replaced only now that the new one is drawn
     this._renderer = renderer;
   }
 
@@ -122,7 +124,7 @@ export class PlotlyBox extends Widget {
     if (!renderer) {
       return;
     }
-    this._plotly()?.purge?.(renderer.node);  // plotly's listeners and caches on the node
+    this._plotly()?.purge?.(renderer.node); // plotly's listeners and caches on the node
     this._renderer = null;
     renderer.dispose();
   }

@@ -36,9 +36,7 @@ export function sparklinePath(
   if (!values || values.length === 0 || !(width > 0) || !(height > 0)) {
     return '';
   }
-  const good = values.filter(
-    (v): v is number => typeof v === 'number' && Number.isFinite(v)
-  );
+  const good = values.filter((v): v is number => typeof v === 'number' && Number.isFinite(v));
   if (good.length === 0) {
     return '';
   }
@@ -51,8 +49,7 @@ export function sparklinePath(
   }
   const innerW = Math.max(0, width - 2 * pad);
   const innerH = Math.max(0, height - 2 * pad);
-  const y = (v: number): number =>
-    max === min ? pad + innerH / 2 : pad + ((max - scale(v)) / (max - min)) * innerH;
+  const y = (v: number): number => (max === min ? pad + innerH / 2 : pad + ((max - scale(v)) / (max - min)) * innerH);
 
   if (values.length === 1) {
     const yy = round(y(good[0]));
@@ -73,9 +70,7 @@ export function sparklinePath(
 }
 
 /** The last finite value of `values`, or null. */
-export function lastValue(
-  values: ReadonlyArray<number | null | undefined> | null | undefined
-): number | null {
+export function lastValue(values: ReadonlyArray<number | null | undefined> | null | undefined): number | null {
   if (!values) {
     return null;
   }

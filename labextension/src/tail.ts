@@ -19,12 +19,7 @@ export function isNearBottom(el: IScrollable, threshold = 24): boolean {
  * or `force` is set, it is scrolled to the new bottom afterwards; a reader who scrolled up stays where they are.
  * Returns whether it scrolled.
  */
-export function followTail(
-  el: IScrollable,
-  update: () => void,
-  force = false,
-  threshold = 24
-): boolean {
+export function followTail(el: IScrollable, update: () => void, force = false, threshold = 24): boolean {
   const follow = force || isNearBottom(el, threshold);
   update();
   if (follow) {

@@ -5,13 +5,7 @@
 /** The API root, relative to the server's base URL. */
 export const API_ROOT = 'jupyter-dl/api';
 
-export type QueryValue =
-  | string
-  | number
-  | boolean
-  | null
-  | undefined
-  | ReadonlyArray<string | number>;
+export type QueryValue = string | number | boolean | null | undefined | ReadonlyArray<string | number>;
 
 /**
  * The query string for `query`, with a leading `?`, or '' when nothing is set.
@@ -47,10 +41,7 @@ export function queryString(query?: { [key: string]: QueryValue }): string {
  * `apiPath(['jobs', id, 'logs'], {rank: 0})` -> `jupyter-dl/api/jobs/<id>/logs?rank=0`.
  * Each segment is percent-encoded, so ids can never add path components.
  */
-export function apiPath(
-  segments: ReadonlyArray<string | number>,
-  query?: { [key: string]: QueryValue }
-): string {
+export function apiPath(segments: ReadonlyArray<string | number>, query?: { [key: string]: QueryValue }): string {
   const path = [API_ROOT, ...segments.map(s => encodeURIComponent(String(s)))].join('/');
   return path + queryString(query);
 }

@@ -83,9 +83,7 @@ describe('progress text', () => {
   });
 
   it('shows the one-based epoch and the step as the server reports them', () => {
-    expect(formatEpochStep({ epoch: 3, epochs: 10, step: 40, steps: 100 })).toBe(
-      'epoch 3/10 · step 40/100'
-    );
+    expect(formatEpochStep({ epoch: 3, epochs: 10, step: 40, steps: 100 })).toBe('epoch 3/10 · step 40/100');
     expect(formatEpochStep({ epoch: 1 })).toBe('epoch 1');
     expect(formatEpochStep({ epoch: 0, epochs: 5, step: 0, steps: 100 })).toBe('');
     expect(formatEpochStep({})).toBe('');

@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { EtaSmoother } from '../src/eta';
-import {
-  formatFinalMetrics,
-  formatPercent,
-  formatStartTime,
-  startedAt,
-  tabTitle
-} from '../src/format';
+import { formatFinalMetrics, formatPercent, formatStartTime, startedAt, tabTitle } from '../src/format';
 import { sparklinePath } from '../src/sparkline';
 
 describe('job rows', () => {

@@ -6,16 +6,12 @@ describe('apiPath', () => {
   it('builds the endpoints of the contract', () => {
     expect(API_ROOT).toBe('jupyter-dl/api');
     expect(apiPath(['jobs'])).toBe('jupyter-dl/api/jobs');
-    expect(apiPath(['jobs'], { state: ['running', 'queued'] })).toBe(
-      'jupyter-dl/api/jobs?state=running,queued'
-    );
+    expect(apiPath(['jobs'], { state: ['running', 'queued'] })).toBe('jupyter-dl/api/jobs?state=running,queued');
     expect(apiPath(['jobs', 'abc123'])).toBe('jupyter-dl/api/jobs/abc123');
-    expect(apiPath(['jobs', 'abc123', 'metrics'], { since: 0 })).toBe(
-      'jupyter-dl/api/jobs/abc123/metrics?since=0'
+    expect(apiPath(['jobs', 'abc123', 'metrics'], { since: 0 })).toBe('jupyter-dl/api/jobs/abc123/metrics?since=0');
+    expect(apiPath(['jobs', 'abc123', 'logs'], { rank: 1, tail: 200, stream: 'stderr' })).toBe(
+      'jupyter-dl/api/jobs/abc123/logs?rank=1&tail=200&stream=stderr'
     );
-    expect(
-      apiPath(['jobs', 'abc123', 'logs'], { rank: 1, tail: 200, stream: 'stderr' })
-    ).toBe('jupyter-dl/api/jobs/abc123/logs?rank=1&tail=200&stream=stderr');
     expect(apiPath(['cluster'])).toBe('jupyter-dl/api/cluster');
   });
 
