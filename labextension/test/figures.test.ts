@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { RAW_LOSS, epochColumns, forPanel, pageTheme, shownTraces, statusText } from '../src/figures';
-import { IPlotlyFigure } from '../src/model';
+import { IEpochRow, IPlotlyFigure } from '../src/model';
 
 /** A loss figure as the server sends it (jupyter_dl/live/loss_figure.py with raw=True). */
 function lossFigure(): IPlotlyFigure {
@@ -52,7 +52,7 @@ describe('figures in a tab', () => {
 
 describe('the epoch table and status line', () => {
   it('put loss first and each val_ metric after its metric', () => {
-    const rows = [
+    const rows: IEpochRow[] = [
       { epoch: 0, logs: { val_accuracy: 0.5, accuracy: 0.4, val_loss: 2, loss: 1 } },
       { epoch: 1, logs: { loss: 0.5, auc: 0.7 } }
     ];
