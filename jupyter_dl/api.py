@@ -30,7 +30,6 @@ class Session:
         self.store = JobStore(parent=parent)
         self.jobs = JobRegistry(self.store)
         self.runner = JobRunner(self.cluster, self.jobs, parent=parent)
-        self.launcher = self.runner  # TEMPORARY: tests/test_live_view.py still says launcher
         self.view_settings = LiveViewSettings(parent=parent)
         self.baselines = {}  # work key -> samples/s of its last single-rank run, for scaling efficiency
         self._advisor = None

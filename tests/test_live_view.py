@@ -218,7 +218,7 @@ def test_static_figure_carries_its_own_readable_background(template):
 
 
 def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
-    """Before the first step the progress area says what happens (the launcher calls status()), in the same widgets
+    """Before the first step the progress area says what happens (the job runner calls status()), in the same widgets
     the progress then uses; the figure joins them when the job starts."""
     view = LiveView(show_plot=True)
     view.status("starting the cluster: 2 engines")
@@ -241,8 +241,8 @@ def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
     assert "whole fit" in view.label.value  # the tooltip says what the figure is and where the average is
 
 
-def test_the_launcher_tells_the_view_each_phase(dl_session):
-    from jupyter_dl.launcher import CellWork
+def test_the_job_runner_tells_the_view_each_phase(dl_session):
+    from jupyter_dl.launch.work import CellWork
     from jupyter_dl.options import RunOptions
 
     heard = []
@@ -260,7 +260,7 @@ def test_the_launcher_tells_the_view_each_phase(dl_session):
         def finished(self, job, state):
             heard.append(("finished", job.state))
 
-    dl_session.launcher.run(CellWork("x = 1", {}), RunOptions(n=2, name="phases", plot=False), observers=[Recorder()])
+    dl_session.runner.run(CellWork("x = 1", {}), RunOptions(n=2, name="phases", plot=False), observers=[Recorder()])
     assert heard[0] == ("status", "2 ranks: Horovod rendezvous"), heard  # a warm cluster: no start, no imports
     assert heard[1:] == [("started", 2), ("finished", "succeeded")], heard
 
@@ -321,7 +321,7 @@ def test_rank_logs_reach_the_store_within_half_a_second(tmp_path):
 
     from jupyter_dl.jobs import Job
     from jupyter_dl.jobs.store import JobStore
-    from jupyter_dl.launcher import _MetricsFeed
+    from jupyter_dl.launch.feed import MetricsFeed as _MetricsFeed
     from jupyter_dl.secrets import Redactor
 
     assert _MetricsFeed.LOG_INTERVAL <= 0.5
