@@ -161,7 +161,8 @@ class JobService:
 
     def metrics(self, job_id, since=0, viewer=None, limit=None):
         """Records from line `since` on (at most `limit` of them), the `next` line to ask from, and `more`: whether
-        a limited page stopped before the end of what is written now (ask again at once rather than next tick)."""
+        a limited page came back full, so there may be more written already (ask again at once rather than next
+        tick; a page that ends exactly at the last record costs one empty request)."""
         self._job(job_id, viewer)
         since = _non_negative_int(since, "since")
         limit = None if limit in (None, "") else _non_negative_int(limit, "limit") or None
