@@ -68,6 +68,7 @@ FAST_MODULES = {
     "test_import_cycles",
     "test_options",
     "test_store",
+    "test_figures",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 
