@@ -10,7 +10,8 @@ setup:
 quickstart: setup
 	$(PY) scripts/run_notebook.py examples/quickstart.ipynb
 
-# Lints and the TypeScript unit tests first (seconds), then the whole suite on real components.
+# Lints (ruff, mypy, prettier, eslint, tsc) and the TypeScript unit tests first (a minute), then the whole suite on
+# real components.
 test: setup lint
 	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" jlpm test
 	$(PY) -m pytest tests
@@ -23,6 +24,7 @@ lint:
 	$(VENV)/bin/ruff check jupyter_dl tests bench scripts
 	$(VENV)/bin/ruff format --check jupyter_dl tests bench scripts
 	$(VENV)/bin/mypy
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" jlpm lint:check
 
 bench: setup
 	$(PY) bench/overhead.py

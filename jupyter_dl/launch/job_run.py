@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,16 @@ class JobRun:
         for observer in self.observers:
             if hasattr(observer, "status"):
                 observer.status(text)
+
+    def timings(self, started_at, outcomes) -> dict:
+        """Where the job's time went, kernel side (from `started_at`, a perf_counter) and per rank."""
+        return {
+            "cluster_s": self.cluster_ready_at - started_at,
+            "ship_s": self.shipped_at - self.cluster_ready_at,
+            "run_s": time.perf_counter() - self.shipped_at,
+            "shipped": self.shipped,
+            "ranks": [o.get("timings") for o in outcomes],
+        }
 
     def rank_spec(self, size, stall_s, resource_interval) -> RankSpec:
         """What every rank of this attempt gets; each rank's copy adds its rank and rendezvous environment."""

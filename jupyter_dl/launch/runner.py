@@ -139,17 +139,8 @@ class JobRunner(Configurable):
         secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
         self.cluster.check_size(n)
-        job = self.registry.add(
-            Job(
-                name=options.name or f"job-{len(self.registry.all()) + 1}",
-                n=n,
-                options={k: v for k, v in vars(options).items() if k != "name"},
-                **_kernel_identity(),
-            )
-        )
-        job.transition("starting")
         jr = JobRun(
-            job=job,
+            job=self._new_job(options, n),
             work=work,
             shipment=shipment,
             options=options,
@@ -160,6 +151,7 @@ class JobRunner(Configurable):
             stderr=stderr,
             observers=observers,
         )
+        job = jr.job
         t0 = time.perf_counter()
         try:
             with (
@@ -172,13 +164,7 @@ class JobRunner(Configurable):
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
-        job.timings = {
-            "cluster_s": jr.cluster_ready_at - t0,
-            "ship_s": jr.shipped_at - jr.cluster_ready_at,
-            "run_s": time.perf_counter() - jr.shipped_at,
-            "shipped": jr.shipped,
-            "ranks": [o.get("timings") for o in outcomes],
-        }
+        job.timings = jr.timings(t0, outcomes)
         result = RunResult(job=job, stdout=[jr.redact(ar.stdout or "") for ar in ars], state=jr.state)
         if jr.redact:
             outcomes = [outcomesmod.redacted(o, jr.redact) for o in outcomes]
@@ -189,6 +175,18 @@ class JobRunner(Configurable):
                 observer.finished(job, jr.state)
         self._bring_back(jr, outcomes, result)
         return result
+
+    def _new_job(self, options, n) -> Job:
+        job = self.registry.add(
+            Job(
+                name=options.name or f"job-{len(self.registry.all()) + 1}",
+                n=n,
+                options={k: v for k, v in vars(options).items() if k != "name"},
+                **_kernel_identity(),
+            )
+        )
+        job.transition("starting")
+        return job
 
     def _bring_back(self, jr, outcomes, result):
         """Fill the result of a job that succeeded from its ranks' outcomes."""

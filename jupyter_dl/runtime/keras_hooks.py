@@ -166,32 +166,7 @@ class KerasHooks:
         callbacks = list(kwargs.get("callbacks") or [])
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
-        extra = [
-            _make_sync_callback(
-                self._keras,
-                model,
-                self.rank,
-                checkpoint,
-                resume,
-                float(self.updates.gradient_weight.numpy()),
-                self.updates.mark_synced,
-            )
-        ]
-        if checkpoint is not None:
-            extra.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
-        if self.stream_metrics:
-            from .metrics_callback import LiveMetrics
-
-            batch_size, samples = _samples_per_epoch(x, kwargs)
-            extra.append(
-                LiveMetrics(
-                    self.rank,
-                    samples,
-                    batch_size,
-                    initial_epoch=kwargs.get("initial_epoch") or 0,
-                    allreduce_seconds=lambda: float(self.updates.allreduce_seconds.numpy()),
-                )
-            )
+        extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
         if self.rank != 0:
             callbacks = [
                 cb for cb in callbacks if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)
@@ -207,6 +182,36 @@ class KerasHooks:
         if checkpoint is not None and self.rank == 0:
             checkpoint.mark_complete()
         return history
+
+    def _our_callbacks(self, model, x, kwargs, checkpoint, resume):
+        """The callbacks every rank's fit gets first: the first-step sync, the checkpoint, the metrics stream."""
+        ours = [
+            _make_sync_callback(
+                self._keras,
+                model,
+                self.rank,
+                checkpoint,
+                resume,
+                float(self.updates.gradient_weight.numpy()),
+                self.updates.mark_synced,
+            )
+        ]
+        if checkpoint is not None:
+            ours.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
+        if self.stream_metrics:
+            from .metrics_callback import LiveMetrics
+
+            batch_size, samples = _samples_per_epoch(x, kwargs)
+            ours.append(
+                LiveMetrics(
+                    self.rank,
+                    samples,
+                    batch_size,
+                    initial_epoch=kwargs.get("initial_epoch") or 0,
+                    allreduce_seconds=lambda: float(self.updates.allreduce_seconds.numpy()),
+                )
+            )
+        return ours
 
     @contextlib.contextmanager
     def _traced_with_hooks(self, model):
