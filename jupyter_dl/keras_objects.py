@@ -30,6 +30,12 @@ class KerasPayload:
     # The optimizer's state (step count, moments): Keras' archive has it, but a model rebuilt from it compiles a
     # fresh optimizer that is not built yet and skips loading it ("Skipping variable loading for optimizer").
     optimizer_state: list | None = None
+    # The model's dtype policy on the sending side (e.g. mixed_float16): Keras rebuilds a model under the receiver's
+    # global policy, and compile only wraps the optimizer in a LossScaleOptimizer under a mixed one.
+    dtype_policy: str | None = None
+    # For an optimizer sent on its own (a custom loop's): the paths of the variables it was built for, so the
+    # receiver can build it over its own copies of them (see restore_optimizer).
+    optimizer_variable_paths: list | None = None
 
 
 def is_keras_saveable(value) -> bool:
@@ -46,26 +52,48 @@ def dumps(value, namespace=None) -> KerasPayload:
             f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
             f"get_config() returning its constructor arguments"
         ) from None
-    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, _optimizer_state(value))
+    policy = getattr(getattr(value, "dtype_policy", None), "name", None)
+    if is_optimizer(value):
+        paths = [v.path for v in value._trainable_variables] if value.built else None
+        return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, optimizer_state(value), None, paths)
+    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, _optimizer_state(value), policy)
 
 
-def _optimizer_state(value):
-    optimizer = getattr(value, "optimizer", None)
+def is_optimizer(value) -> bool:
+    return any(c.__name__ == "Optimizer" and c.__module__.startswith("keras") for c in type(value).__mro__)
+
+
+def optimizer_state(optimizer):
+    """The optimizer's variables' values (step count, learning rate, moments), or None before it is built."""
     if optimizer is None or not getattr(optimizer, "built", False):
         return None
     return [variable.numpy() for variable in optimizer.variables]
 
 
+def _optimizer_state(value):
+    return optimizer_state(getattr(value, "optimizer", None))
+
+
+def restore_optimizer(optimizer, state, variables) -> bool:
+    """Put `state` into `optimizer`, building it over `variables` (what it trains) first if needed. False when
+    the state does not fit (another optimizer, other variables): then nothing is changed."""
+    if optimizer is None or state is None:
+        return False
+    if not optimizer.built:
+        if variables is None:
+            return False
+        optimizer.build(variables)
+    own = optimizer.variables
+    if len(own) != len(state) or any(tuple(v.shape) != s.shape for v, s in zip(own, state)):
+        return False
+    for variable, saved in zip(own, state):
+        variable.assign(saved)
+    return True
+
+
 def _restore_optimizer_state(value, state):
     optimizer = getattr(value, "optimizer", None)
-    if optimizer is None or state is None:
-        return
-    if not optimizer.built:
-        optimizer.build(value.trainable_variables)
-    variables = optimizer.variables
-    if len(variables) == len(state) and all(tuple(v.shape) == s.shape for v, s in zip(variables, state)):
-        for variable, saved in zip(variables, state):
-            variable.assign(saved)
+    restore_optimizer(optimizer, state, value.trainable_variables if optimizer is not None else None)
 
 
 def loads(payload: KerasPayload, receivers_own: dict | None = None):
@@ -77,19 +105,30 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None):
     scope = cloudpickle.loads(payload.custom)
     scope.update({k: v for k, v in (receivers_own or {}).items() if k in scope})
     # Our own engines and kernel produced the archive: Lambda layers and other code in it are the user's own.
-    with keras.saving.custom_object_scope(scope), SafeModeScope(False), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-        value = cloudpickle.loads(payload.blob)
+    previous_policy = keras.config.dtype_policy()
+    if payload.dtype_policy:
+        keras.config.set_dtype_policy(payload.dtype_policy)
+    try:
+        with keras.saving.custom_object_scope(scope), SafeModeScope(False), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            value = cloudpickle.loads(payload.blob)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
     _restore_optimizer_state(value, payload.optimizer_state)
     return value
 
 
 def custom_objects_of(value, namespace) -> dict:
     """The user-defined classes and functions the object's config names, found in its classes and in namespace."""
+    import keras
+
     found = {}
     for obj in _classes_in(value):
         if _user_defined(obj):
             found[obj.__name__] = obj
+            # A class decorated with register_keras_serializable is looked up by its registered name
+            # ("Custom>Net"), which the receiver's registry lacks: the decorator ran on the sending side only.
+            found[keras.saving.get_registered_name(obj)] = obj
     for name in _names_in_config(value):
         candidate = namespace.get(name)
         if (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from . import keras_objects
+from . import in_place_update, keras_objects
 
 
 @dataclass
@@ -47,6 +47,11 @@ def fingerprint(value):
 def is_keras_model(value) -> bool:
     cls = type(value)
     return any(c.__module__.startswith("keras") and c.__name__ == "Model" for c in cls.__mro__)
+
+
+def trained_in_place(value) -> bool:
+    """A model or optimizer whose state a cell changes by using it (fit, apply_gradients), without rebinding it."""
+    return is_keras_model(value) or keras_objects.is_optimizer(value)
 
 
 def is_history(value) -> bool:
@@ -132,9 +137,11 @@ def pack(names, namespace) -> dict:
     return out
 
 
-def unpack(packed: dict, namespace: dict | None = None) -> tuple[dict, dict]:
+def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[dict, dict]:
     """Return (values, problems). Keras objects are rebuilt last, with the classes that came back in scope ahead of
-    the namespace's own; Histories get their model back when it travelled too."""
+    the namespace's own; Histories get their model back when it travelled too. Names in `in_place` (models and
+    optimizers the cell trained without rebinding them) update the namespace's own objects where they fit, so that
+    other references to them (`opt` after `model.compile(optimizer=opt)`) see the training too."""
     values, problems, blobs = {}, {}, {}
     for name, blob in packed.items():
         if isinstance(blob, Unsendable):
@@ -153,11 +160,19 @@ def unpack(packed: dict, namespace: dict | None = None) -> tuple[dict, dict]:
             values[name] = value
     receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
     receivers_own.update(values)
-    for name, keras_payload in blobs.items():
+    # Models before optimizers: an optimizer trained in place is rebuilt over its models' variables.
+    for name, keras_payload in sorted(blobs.items(), key=lambda item: item[1].optimizer_variable_paths is not None):
         try:
-            values[name] = keras_objects.loads(keras_payload, receivers_own)
+            value = keras_objects.loads(keras_payload, receivers_own)
         except Exception as exc:
             problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
+            continue
+        existing = (namespace or {}).get(name) if name in in_place else None
+        updated = existing is not None and in_place_update.update(existing, value, keras_payload, namespace or {})
+        if not updated and keras_objects.is_optimizer(value):
+            # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.
+            in_place_update.update(value, value, keras_payload, {**(namespace or {}), **values})
+        values[name] = existing if updated else value
     for name, value in list(values.items()):
         if isinstance(value, HistoryPayload):
             values[name] = _rebuild_history(value, values.get(value.model_name))

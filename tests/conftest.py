@@ -69,6 +69,7 @@ FAST_MODULES = {
     "test_options",
     "test_store",
     "test_figures",
+    "test_keras_payload",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 

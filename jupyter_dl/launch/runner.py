@@ -195,7 +195,10 @@ class JobRunner(Configurable):
         if result.diverged:
             print(f"[jupyter-dl] warning: {result.diverged}", file=jr.stderr or sys.stderr, flush=True)
         if isinstance(jr.work, CellWork):
-            result.values, result.problems = payload.unpack(outcomes[0].get("values", {}), jr.work.namespace)
+            trained_in_place = set(jr.shipment.names_in) - set(jr.shipment.names_out)
+            result.values, result.problems = payload.unpack(
+                outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
+            )
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
         else:
             picked = outcomes if jr.work.all_ranks else outcomes[:1]

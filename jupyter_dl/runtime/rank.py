@@ -199,9 +199,9 @@ def _pack_results(spec: RankSpec, namespace, result, outcome):
     if spec.mode == "fn":
         outcome["result"] = payload.cloudpickle.dumps(result) if (spec.rank == 0 or spec.all_ranks) else None
     elif spec.rank == 0:
-        # Names the cell bound, plus Keras models it trained in place (they changed even though not rebound).
+        # Names the cell bound, plus Keras models and optimizers it trained in place (changed though not rebound).
         names = list(spec.names_out) + [
-            n for n in spec.names_in if n not in spec.names_out and payload.is_keras_model(namespace[n])
+            n for n in spec.names_in if n not in spec.names_out and payload.trained_in_place(namespace[n])
         ]
         outcome["values"] = payload.pack(names, namespace)
         outcome["environment"] = _environment()

@@ -1,0 +1,102 @@
+"""Keras objects through the wire format in one process (no engines): what the other side rebuilds keeps its
+dtype policy, registered classes and optimizer state, and in-place updates keep the receiver's objects. The
+end-to-end versions of these run on real engines in test_state_comes_back.py."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from jupyter_dl import payload
+
+X = np.random.default_rng(0).random((32, 4)).astype("float32")
+Y = np.random.default_rng(1).integers(0, 3, 32)
+
+
+def _travel(names, namespace, receiver=None, in_place=()):
+    values, problems = payload.unpack(payload.pack(names, namespace), receiver or {}, in_place=set(in_place))
+    assert problems == {}
+    return values
+
+
+def _dense_model(name=None):
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")], name=name)
+
+
+@pytest.fixture
+def float32_after():
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+def test_mixed_precision_model_is_rebuilt_under_its_own_policy(float32_after):
+    keras.config.set_dtype_policy("mixed_float16")
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3), keras.layers.Activation("softmax", dtype="float32")]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(X, Y, epochs=1, verbose=0)
+    keras.config.set_dtype_policy("float32")  # the receiver's global policy
+    back = _travel(["model"], {"model": model})["model"]
+    assert type(back.optimizer).__name__ == "LossScaleOptimizer"
+    assert int(back.optimizer.iterations.numpy()) == 1  # its state fits, so it came along
+    assert keras.config.dtype_policy().name == "float32"  # and the receiver's policy is left as it was
+
+
+def test_a_registered_class_is_found_by_its_registered_name():
+    @keras.saving.register_keras_serializable(package="jdltest")
+    class Registered(keras.Model):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.head = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.head(x)
+
+    Registered.__module__ = "__main__"  # as when defined in a notebook cell
+    model = Registered()
+    model(X)
+    packed = payload.pack(["model"], {"model": model})
+    keras.saving.get_custom_objects().pop("jdltest>Registered")  # the receiver never ran the decorator
+    values, problems = payload.unpack(packed, {})
+    assert problems == {} and type(values["model"]).__name__ == "Registered"
+
+
+def test_a_model_trained_in_place_updates_the_receiver_s_objects():
+    opt = keras.optimizers.Adam(1e-3)
+    model = _dense_model()
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    remote = _travel(["model"], {"model": model})["model"]
+    remote.fit(X, Y, epochs=2, batch_size=16, verbose=0)
+    back = _travel(["model"], {"model": remote}, {"model": model, "opt": opt}, in_place={"model"})
+    assert back["model"] is model and model.optimizer is opt
+    assert int(opt.iterations.numpy()) == 4
+    np.testing.assert_allclose(model.get_weights()[0], remote.get_weights()[0])
+
+
+def test_a_rebound_name_or_a_recompiled_model_is_replaced_not_updated():
+    model = _dense_model()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    remote = _travel(["model"], {"model": model})["model"]
+    remote.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    remote.fit(X, Y, epochs=1, verbose=0)
+    back = _travel(["model"], {"model": remote}, {"model": model}, in_place={"model"})
+    assert back["model"] is not model and type(back["model"].optimizer).__name__ == "SGD"
+    back = _travel(["model"], {"model": remote}, {"model": model})  # not in place: the cell bound `model`
+    assert back["model"] is not model
+
+
+def test_a_custom_loop_s_optimizer_is_built_over_the_models_that_travel_with_it():
+    net, opt = _dense_model("loopnet"), keras.optimizers.Adam(1e-3)
+    there = _travel(["net", "opt"], {"net": net, "opt": opt})
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(there["net"](X) ** 2)
+        grads = tape.gradient(loss, there["net"].trainable_variables)
+        there["opt"].apply_gradients(zip(grads, there["net"].trainable_variables))
+    back = _travel(["net", "opt"], there, {"net": net, "opt": opt}, in_place={"net", "opt"})
+    assert back["opt"] is opt and opt.built and int(opt.iterations.numpy()) == 3
+    assert opt._trainable_variables[0] is net.trainable_variables[0]
+    again = _travel(["net", "opt"], {"net": net, "opt": opt})  # the next cell: it arrives built, with its state
+    assert int(again["opt"].iterations.numpy()) == 3
+    assert again["opt"]._trainable_variables[0] is again["net"].trainable_variables[0]
