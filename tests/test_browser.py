@@ -586,6 +586,9 @@ def test_dark_theme_keeps_an_older_figure_readable(lab, page, on_failure_evidenc
     )
     assert name["ratio"] >= 4.5, name
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    # Settled before the next test looks at the page: while the stylesheet swaps, the panel can measure as hidden.
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    time.sleep(1.0)
 
 
 def test_cluster_rows_and_clearing_finished_jobs(lab, page, on_failure_evidence):
@@ -757,3 +760,85 @@ def _api_compare(lab, ids):
     )
     response.raise_for_status()
     return response.json()
+
+
+def _main_tabs(page):
+    """The main area's widgets as the shell holds them: id to tab title."""
+    return dict(
+        page.evaluate("() => Array.from(window.jupyterapp.shell.widgets('main')).map(w => [w.id, w.title.label])")
+    )
+
+
+def _saved_layout(lab, keys, absent=(), timeout=30):
+    """Wait until the workspace the server keeps names `keys` and not `absent` (the layout is saved a moment after
+    it changes)."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while True:
+        text = requests.get(
+            f"{lab['url']}/lab/api/workspaces/default",
+            headers={"Authorization": f"token {lab['token']}"},
+            timeout=10,
+        ).text
+        done = all(key in text for key in keys) and not any(key in text for key in absent)
+        if done or time.monotonic() > deadline:
+            return text
+        time.sleep(0.3)
+
+
+def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
+    """Logs, loss and compare tabs open when the page reloads are open again after it (the layout restorer opens
+    them through their commands), under the same ids and titles, and their content loads. Reloads the page: last."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    store = _store(lab)
+    first, second = _kept_job(store, "restore-a"), _kept_job(store, "restore-b")
+    store.write_logs(first.id, {0: "rank 0 says hello from before the reload\n", 1: "rank 1\n"})
+    panel = _open_panel(page)
+    row = panel.locator(f'li.jp-dl-job[data-job-id="{first.id}"]')
+    row.wait_for(timeout=30_000)
+    row.locator("button.jp-dl-logs").click()
+    logs_id, plot_id = f"jp-dl-logs-{first.id}", f"jp-dl-plot-{first.id}"
+    page.locator(f"#{logs_id} .jp-dl-log-text", has_text="says hello from before").wait_for(timeout=30_000)
+    row.locator("button.jp-dl-plot").click()
+    page.locator(f"#{plot_id} .jp-dl-plot-chart .js-plotly-plot").wait_for(timeout=30_000)
+    ids = [second.id, first.id]
+    compare_id = "jp-dl-compare-" + re.sub(r"[^A-Za-z0-9_-]", "_", "-".join(ids))
+    page.evaluate("(ids) => window.jupyterapp.commands.execute('jupyter-dl:compare-jobs', {ids})", ids)
+    page.locator(f"#{compare_id} .js-plotly-plot").wait_for(timeout=30_000)
+    # Opening an open tab again shows that one: no second tab.
+    row.locator("button.jp-dl-logs").click()
+    _current_tab(page, "Logs: restore-a")
+    before = _main_tabs(page)
+    assert list(before).count(logs_id) == 1
+    ours = {key: title for key, title in before.items() if key.startswith("jp-dl-")}  # the earlier tests' too
+    assert {logs_id, plot_id, compare_id} <= set(ours), before
+    assert ours[logs_id].startswith("Logs: restore-a") and ours[plot_id].startswith("Loss: restore-a"), ours
+    assert ours[compare_id] == "Compare 2 jobs", ours
+    # The notebook an earlier test opened names no kernel: reloaded, JupyterLab would ask for one. Leave it out.
+    page.evaluate(
+        "() => Array.from(window.jupyterapp.shell.widgets('main'))"
+        ".filter(w => w.title.label === 'other.ipynb').forEach(w => w.dispose())"
+    )
+    keys = [f"jupyter-dl-logs:{first.id}", f"jupyter-dl-loss:{first.id}", f"jupyter-dl-compare:{','.join(ids)}"]
+    saved = _saved_layout(lab, keys, absent=["notebook:sub dir/other.ipynb"])
+    assert all(key in saved for key in keys) and "notebook:sub dir/other.ipynb" not in saved, saved[-3000:]
+
+    page.reload()
+    # The notebook comes back too, behind whichever tab was in front.
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", state="attached", timeout=90_000)
+    page.wait_for_function("(ids) => ids.every(id => document.getElementById(id))", arg=list(ours), timeout=30_000)
+    after = _main_tabs(page)
+    assert {key: title for key, title in after.items() if key.startswith("jp-dl-")} == ours, after
+    assert list(after).count(logs_id) == 1
+    # Their content loads: each tab fetches when it is shown.
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="Logs: restore-a").first.click()
+    page.locator(f"#{logs_id} .jp-dl-log-text", has_text="says hello from before").wait_for(timeout=30_000)
+    page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text="Loss: restore-a").first.click()
+    page.locator(f"#{plot_id} .jp-dl-plot-chart .js-plotly-plot").wait_for(timeout=30_000)
+    page.evaluate("(id) => window.jupyterapp.shell.activateById(id)", compare_id)  # the earlier test's has that title
+    compare = page.locator(f"#{compare_id}")
+    compare.locator(".js-plotly-plot").wait_for(timeout=30_000)
+    compare.locator('tr[data-name="loss"]').wait_for(timeout=10_000)
+    page.screenshot(path=str(ARTIFACTS / "tabs-after-reload.png"))
+    _no_error_dialog(page)

@@ -80,9 +80,7 @@ export class CompareView extends Widget {
           h('tr', { className: 'jp-dl-compare-section' }, h('th', { colspan: runs.length + 1 }, section))
         );
       }
-      body.appendChild(
-        h('tr', { 'data-name': row.name }, h('th', {}, row.name), ...row.text.map(t => h('td', {}, t)))
-      );
+      body.appendChild(h('tr', { 'data-name': row.name }, h('th', {}, row.name), ...row.text.map(t => h('td', {}, t))));
     }
     table.appendChild(body);
   }

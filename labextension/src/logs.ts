@@ -20,11 +20,7 @@ export function widgetId(kind: string, jobId: string): string {
 }
 
 export class LogsView extends JobTabView {
-  constructor(
-    api: JobsApi,
-    job: IJob,
-    options: { interval: number; tail: number }
-  ) {
+  constructor(api: JobsApi, job: IJob, options: { interval: number; tail: number }) {
     super(api, job, 'jp-dl-log-message');
     this.addClass('jp-dl-LogsView');
     this._tail = Math.max(1, options.tail);

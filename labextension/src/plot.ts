@@ -19,11 +19,7 @@ import { PlotlyBox } from './plotlyBox';
 import { JobTabView } from './watch';
 
 export class LossPlotView extends JobTabView {
-  constructor(
-    api: JobsApi,
-    job: IJob,
-    options: { interval: number; rendermime: IRenderMimeRegistry | null }
-  ) {
+  constructor(api: JobsApi, job: IJob, options: { interval: number; rendermime: IRenderMimeRegistry | null }) {
     super(api, job, 'jp-dl-plot-message');
     this.addClass('jp-dl-PlotView');
 
@@ -85,7 +81,7 @@ export class LossPlotView extends JobTabView {
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     if (pageTheme(document.body) !== this._theme) {
-      void this.fetchData();  // the theme changed while hidden: the figures follow it
+      void this.fetchData(); // the theme changed while hidden: the figures follow it
     }
   }
 
@@ -111,7 +107,8 @@ export class LossPlotView extends JobTabView {
     const columns = epochColumns(epochs);
     const head = h('tr', {}, h('th', {}, 'epoch'), ...columns.map(c => h('th', {}, c)));
     const body = h('tbody');
-    for (const e of [...epochs].reverse()) {  // newest first
+    for (const e of [...epochs].reverse()) {
+      // newest first
       body.appendChild(
         h(
           'tr',
@@ -128,12 +125,7 @@ export class LossPlotView extends JobTabView {
     setText(this.status, statusText(this._figures?.status, this._job.state));
   }
 
-  private _checkbox(
-    label: string,
-    cls: string,
-    checked: boolean,
-    onChange: (on: boolean) => void
-  ): HTMLElement {
+  private _checkbox(label: string, cls: string, checked: boolean, onChange: (on: boolean) => void): HTMLElement {
     const input = h('input', { type: 'checkbox' });
     input.checked = checked;
     input.addEventListener('change', () => onChange(input.checked));

@@ -83,8 +83,7 @@ export class JobWatcher {
       this._view.onJob(job.value);
       this._done = isFinal(job.value.state);
     }
-    const failure =
-      job.status === 'rejected' ? job.reason : data.status === 'rejected' ? data.reason : null;
+    const failure = job.status === 'rejected' ? job.reason : data.status === 'rejected' ? data.reason : null;
     if (failure !== null) {
       // Only the job itself being gone is final; a 404 for the data (say, a rank with no log yet) is not.
       let gone = job.status === 'rejected' && isNotFound(job.reason);
@@ -130,6 +129,11 @@ export abstract class JobTabView extends Widget implements IJobView {
   ) {
     super();
     this._message = h('div', { className: messageClass });
+  }
+
+  /** The id of the job this tab is about (what the layout restorer opens it again with). */
+  get jobId(): string {
+    return this._job.id;
   }
 
   set interval(ms: number) {
