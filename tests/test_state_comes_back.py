@@ -129,3 +129,51 @@ model.fit(x_train, y_train, epochs=3, verbose=0)
     )
     assert type(ns["model"]).__name__ == "TinyMLP"
     assert ns["model"].evaluate(ns["x_test"], ns["y_test"], verbose=0)[1] > 0.5
+
+
+def test_validation_metrics_cover_every_validation_sample(shell, digits):
+    """397 validation samples on 2 ranks: the history's val_loss is the loss over all 397, as one process reports
+    it (it was over 396: shards were cut to equal length); likewise for validation_split's last 10%."""
+    shell.user_ns.update(digits)
+    ns = _run(
+        shell,
+        """
+import keras
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit(x_train, y_train, epochs=2, validation_data=(x_test, y_test), verbose=0)
+expected = model.evaluate(x_test, y_test, verbose=0)   # every rank evaluates all 397 samples
+split_history = model.fit(x_train, y_train, epochs=1, validation_split=0.1, verbose=0)
+""",
+    )
+    assert len(ns["x_test"]) == 397
+    val_loss, val_accuracy = ns["history"].history["val_loss"][-1], ns["history"].history["val_accuracy"][-1]
+    assert np.isclose(val_loss, ns["expected"][0], rtol=1e-4), (val_loss, ns["expected"])
+    assert np.isclose(val_accuracy, ns["expected"][1], rtol=1e-4), (val_accuracy, ns["expected"])
+    split_loss = ns["model"].evaluate(ns["x_train"][1260:], ns["y_train"][1260:], verbose=0)[0]
+    assert np.isclose(ns["split_history"].history["val_loss"][-1], split_loss, rtol=1e-4)
+
+
+def test_learning_rate_callbacks_say_the_cell_s_rate(shell, digits, capsys):
+    """The optimizer runs at the scaled rate (2 ranks: twice the cell's), but LearningRateScheduler and
+    ReduceLROnPlateau report the rate the cell set, as the history does (they printed the scaled one)."""
+    shell.user_ns.update(digits)
+    ns = _run(
+        shell,
+        """
+import keras
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+schedule = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05, verbose=1)
+plateau = keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0, verbose=1)
+history = model.fit(x_train, y_train, epochs=2, callbacks=[schedule, plateau], verbose=0)
+""",
+    )
+    out = capsys.readouterr().out
+    assert "LearningRateScheduler setting learning rate to 0.05." in out, out
+    assert "ReduceLROnPlateau reducing learning rate to 0.025" in out, out
+    assert "to 0.1." not in out and "to 0.05000" not in out  # the scaled rates (0.1 and 0.05) are not said
+    # Keras logs the rate each epoch ran at (the reduction comes after): the cell's units, as in one process.
+    assert np.allclose(ns["history"].history["learning_rate"], [0.05, 0.05])
+    assert np.isclose(float(ns["model"].optimizer.learning_rate.numpy()), 0.025)  # the reduction, in cell units

@@ -19,7 +19,7 @@ import math
 import sys
 
 from ..backends import horovod as backend
-from . import stall_watch
+from . import lr_callbacks, stall_watch
 from .optimizer_hooks import DistributedUpdates
 
 _SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
@@ -78,6 +78,7 @@ class KerasHooks:
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
+        self._validation_share = 1.0  # this rank's weight in the average of validation metrics (sharding.py)
         self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
 
     def __enter__(self):
@@ -153,11 +154,13 @@ class KerasHooks:
             kwargs = dict(kwargs, batch_size=self.batch_size)
 
         balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
+        shares = {"validation": 1.0}
         if balanced is None:
             self.updates.gradient_weight.assign(1.0)
-            x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size)
+            x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size, shares)
         else:
             x, y, kwargs = balanced
+        self._validation_share = shares["validation"]
         checkpoint, resume = self._checkpoint_for_this_fit()
         if resume is not None:
             kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
@@ -174,8 +177,8 @@ class KerasHooks:
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
-        kwargs["callbacks"] = extra + callbacks + [_make_learning_rate_logs_callback(self._keras, self.updates)]
-        with _learning_rate_callbacks_in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
+        kwargs["callbacks"] = extra + callbacks + [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
+        with lr_callbacks.in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
             history = self._orig_fit(model, x, y, *args, **kwargs)
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
@@ -194,6 +197,7 @@ class KerasHooks:
                 resume,
                 float(self.updates.gradient_weight.numpy()),
                 self.updates.mark_synced,
+                self._validation_share,
             )
         ]
         if checkpoint is not None:
@@ -323,50 +327,9 @@ def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
     return EpochCheckpoint()
 
 
-@contextlib.contextmanager
-def _learning_rate_callbacks_in_single_rank_units(callbacks, updates):
-    """The cell's learning-rate callbacks were written for one rank; the optimizer runs at the scaled rate. A
-    LearningRateScheduler's function sees and returns single-rank rates; ReduceLROnPlateau's floor is scaled."""
-    restore = []
-    for cb in callbacks:
-        kind = type(cb).__name__
-        if kind == "LearningRateScheduler" and callable(getattr(cb, "schedule", None)):
-            schedule = cb.schedule
-
-            def in_single_rank_units(epoch, lr=None, _schedule=schedule):
-                if lr is None:
-                    return updates.scaled(_schedule(epoch))
-                try:
-                    return updates.scaled(_schedule(epoch, updates.unscaled(lr)))
-                except TypeError:  # a one-argument schedule, as Keras also allows
-                    return updates.scaled(_schedule(epoch))
-
-            cb.schedule = in_single_rank_units
-            restore.append(lambda cb=cb, schedule=schedule: setattr(cb, "schedule", schedule))
-        elif kind == "ReduceLROnPlateau" and hasattr(cb, "min_lr"):
-            min_lr = cb.min_lr
-            cb.min_lr = updates.scaled(min_lr)
-            restore.append(lambda cb=cb, min_lr=min_lr: setattr(cb, "min_lr", min_lr))
-    try:
-        yield
-    finally:
-        for undo in restore:
-            undo()
-
-
-def _make_learning_rate_logs_callback(keras, updates):
-    class LearningRateLogs(keras.callbacks.Callback):
-        """ReduceLROnPlateau and LearningRateScheduler log the rate the optimizer applies (scaled); History should
-        hold the rate the cell's author set."""
-
-        def on_epoch_end(self, epoch, logs=None):
-            if logs and "learning_rate" in logs and updates.lr_factor != 1.0:
-                logs["learning_rate"] = updates.unscaled(float(logs["learning_rate"]))
-
-    return LearningRateLogs()
-
-
-def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight=1.0, mark_synced=None):
+def _make_sync_callback(
+    keras, model, rank, checkpoint=None, resume=None, weight=1.0, mark_synced=None, validation_weight=1.0
+):
     class RankSync(keras.callbacks.Callback):
         """Broadcast rank 0's variables when training starts (restored from the checkpoint when resuming);
         average epoch metrics across ranks."""
@@ -401,9 +364,9 @@ def _make_sync_callback(keras, model, rank, checkpoint=None, resume=None, weight
         def on_epoch_end(self, epoch, logs=None):
             if logs:
                 keys = sorted(logs)
-                # Training metrics are weighted by each rank's share of the global batch (--balance): the mean over
-                # all samples, as with one rank. Validation shards are always even.
-                weights = [1.0 if k.startswith("val_") else weight for k in keys]
+                # Each rank's metrics weigh by its share of the samples (of the global batch with --balance, of the
+                # validation data, which is split whole): the mean over all samples, as with one rank.
+                weights = [validation_weight if k.startswith("val_") else weight for k in keys]
                 averaged = backend.average_scalars(
                     [float(logs[k]) * w for k, w in zip(keys, weights)], name=f"jdl.epoch.{epoch}"
                 )

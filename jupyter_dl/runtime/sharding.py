@@ -1,5 +1,7 @@
-"""Split a rank's share of `fit` inputs. Every rank must get the same number of batches: a rank with one more batch
-would wait forever in that batch's allreduce, so shards are cut to equal length (at most size-1 samples dropped)."""
+"""Split a rank's share of `fit` inputs. Every rank must get the same number of training batches: a rank with one more
+batch would wait forever in that batch's allreduce, so training shards are cut to equal length (at most size-1
+samples dropped). Validation has no collective per batch, so validation arrays and datasets are split whole, and
+each rank's share weighs its validation metrics when the epoch's metrics are averaged across ranks."""
 
 
 def _is_dataset(obj):
@@ -29,17 +31,24 @@ def _take(obj, rank, size, per_rank):
     return obj[rank : rank + per_rank * size : size]
 
 
-def shard_arrays(arrays, rank, size):
-    """Shard a tuple of aligned array structures (x, y, sample_weight) by rank to equal lengths."""
+def shard_arrays(arrays, rank, size, even=True):
+    """Shard a tuple of aligned array structures (x, y, sample_weight) by rank: to equal lengths, or with
+    even=False to shares that together hold every sample (the first len % size ranks get one more)."""
     present = [a for a in arrays if a is not None]
     if not present:
         return arrays
-    per_rank = _length(present[0]) // size
+    total = _length(present[0])
+    per_rank = total // size
     if per_rank == 0:
-        raise ValueError(
-            f"{_length(present[0])} samples cannot be split across {size} ranks; use fewer ranks (-n) or more data"
-        )
+        raise ValueError(f"{total} samples cannot be split across {size} ranks; use fewer ranks (-n) or more data")
+    if not even:
+        per_rank = len(range(rank, total, size))
     return tuple(_take(a, rank, size, per_rank) for a in arrays)
+
+
+def _share(rank, size, total):
+    """This rank's share of `total` strided items, as a weight for averaging over ranks (the weights sum to size)."""
+    return size * len(range(rank, total, size)) / total
 
 
 def shard_dataset(ds, rank, size):
@@ -137,8 +146,10 @@ def per_rank_steps(steps, size):
     return None if steps is None else max(1, int(steps) // size)
 
 
-def shard_fit_inputs(x, y, kwargs, rank, size):
-    """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators."""
+def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
+    """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators.
+    `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""
+    x, y, kwargs = _split_off_validation(x, y, kwargs)
     if _is_dataset(x):
         x = shard_dataset(x, rank, size)
     elif _is_py_dataset(x):
@@ -152,14 +163,55 @@ def shard_fit_inputs(x, y, kwargs, rank, size):
     if kwargs.get("steps_per_epoch"):  # for arrays too: Keras would otherwise grow each rank's batch to fit
         kwargs["steps_per_epoch"] = per_rank_steps(kwargs["steps_per_epoch"], size)
     val = kwargs.get("validation_data")
+    share = 1.0
     if _is_dataset(val):
-        kwargs["validation_data"] = shard_dataset(val, rank, size)
+        kwargs["validation_data"], share = _shard_validation_dataset(val, rank, size)
     elif _is_py_dataset(val):
         kwargs["validation_data"] = shard_py_dataset(val, rank, size)
     elif isinstance(val, (tuple, list)) and val and _is_array_like(val[0]):
-        kwargs["validation_data"] = shard_arrays(tuple(val), rank, size)
+        kwargs["validation_data"] = shard_arrays(tuple(val), rank, size, even=False)
+        share = _share(rank, size, _length(val[0]))
     elif val is not None and _is_generator(val):
         kwargs["validation_data"] = shard_generator(val, rank, size)
+    if shares is not None:
+        shares["validation"] = share
     if val is not None and kwargs.get("validation_steps"):
         kwargs["validation_steps"] = per_rank_steps(kwargs["validation_steps"], size)
     return x, y, kwargs
+
+
+def _split_off_validation(x, y, kwargs):
+    """validation_split on arrays, done before sharding as Keras does it (the last fraction of the samples), so
+    the ranks validate on the samples one process would."""
+    split = kwargs.get("validation_split") or 0.0
+    if not split or kwargs.get("validation_data") is not None or not _is_array_like(x):
+        return x, y, kwargs
+    import math
+
+    at = int(math.floor(_length(x) * (1.0 - split)))
+    weights = kwargs.get("sample_weight")
+    head = [_slice(a, 0, at) for a in (x, y, weights)]
+    tail = [_slice(a, at, None) for a in (x, y, weights)]
+    kwargs = {k: v for k, v in kwargs.items() if k != "validation_split"}
+    kwargs["validation_data"] = tuple(a for a in tail if a is not None) if weights is None else tuple(tail)
+    if weights is not None:
+        kwargs["sample_weight"] = head[2]
+    return head[0], head[1], kwargs
+
+
+def _slice(obj, start, stop):
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return {k: _slice(v, start, stop) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_slice(v, start, stop) for v in obj)
+    return obj[start:stop]
+
+
+def _shard_validation_dataset(ds, rank, size):
+    """Every size-th element from this rank's on, all of them between the ranks; and this rank's share."""
+    cardinality = int(ds.cardinality())
+    if cardinality < size:  # unknown or infinite (validation_steps bounds it), or fewer elements than ranks
+        return shard_dataset(ds, rank, size), 1.0
+    return ds.shard(size, rank), _share(rank, size, cardinality)
