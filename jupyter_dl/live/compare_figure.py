@@ -5,7 +5,7 @@ the table as HTML and as text."""
 import html
 
 from ..comparison import BATCH_LOSS
-from .theme import background_for
+from .theme import frame
 
 SECTION_TITLES = {
     "settings": "settings that differ",
@@ -52,15 +52,11 @@ def figure(data, template="plotly_white", x=None):
             row=1 if _is_loss(curve["metric"]) else 2,
             col=1,
         )
-    backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(template)}
+    title = "compared: " + " vs ".join(r["label"] for r in data["runs"])
     fig.update_layout(
-        template=template,
-        height=300 + 220 * (rows - 1),
-        margin=dict(l=50, r=30, t=40, b=40),
-        title=dict(text="compared: " + " vs ".join(r["label"] for r in data["runs"]), font=dict(size=13)),
+        **frame(template, title, 13, dict(l=50, r=30, t=40, b=40), height=300 + 220 * (rows - 1)),
         # Under the x axis title (which sits about 0.15 of the plot height below the axis), not over it.
         legend=dict(orientation="h", yanchor="top", y=-0.3 if rows == 1 else -0.16),
-        **backgrounds,
     )
     fig.update_yaxes(title_text="loss", row=1, col=1)
     if with_metrics:

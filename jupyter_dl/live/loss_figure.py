@@ -5,7 +5,7 @@ Pure data (plotly figure dicts), built in one place: the cell's live widget (vie
 these, and the jobs panel's loss tab gets the same figure over REST (live/job_figures.py), so both look alike.
 """
 
-from .theme import background_for
+from .theme import frame
 
 BATCH_LOSS = "loss (batch, smoothed)"
 RAW_LOSS = "loss (batch)"  # the recovered per-batch values, unsmoothed: hidden until the panel's "Raw steps" shows it
@@ -18,16 +18,8 @@ FIGURE_WIDTH, FIGURE_HEIGHT = 760, 360
 
 def layout(title: str, template: str) -> dict:
     """Everything but the data: size, axes, legend and the template's own background."""
-    # The template's own background, not a transparent one: the static copy outlives a theme switch.
-    backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(template)}
     return dict(
-        template=template,
-        width=FIGURE_WIDTH,
-        height=FIGURE_HEIGHT,
-        autosize=False,
-        margin=dict(l=50, r=50, t=40, b=40),
-        title=dict(text=title, font=dict(size=13)),
-        **backgrounds,
+        **frame(template, title, 13, dict(l=50, r=50, t=40, b=40), width=FIGURE_WIDTH, height=FIGURE_HEIGHT),
         xaxis=dict(title="step"),
         yaxis=dict(title="loss"),
         # plotly.js gives an overlaying axis tickmode "sync": ticks at the loss axis' gridlines, which read as

@@ -28,17 +28,10 @@ HEIGHT = 240
 
 
 def resource_layout(template, width, title="resources per rank"):
-    from .theme import background_for
+    from .theme import frame
 
-    backgrounds = {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(template)}
     return dict(
-        template=template,
-        width=width,
-        height=HEIGHT,
-        autosize=False,
-        margin=dict(l=50, r=60, t=30, b=40),
-        title=dict(text=title, font=dict(size=12)),
-        **backgrounds,
+        **frame(template, title, 12, dict(l=50, r=60, t=30, b=40), width=width, height=HEIGHT),
         xaxis=dict(title="seconds since the job's first sample"),
         yaxis=dict(title="% (100 = one core)", rangemode="tozero"),
         yaxis2=dict(title="MB", overlaying="y", side="right", showgrid=False, tickmode="auto", rangemode="tozero"),

@@ -61,3 +61,22 @@ def background_for(template: str) -> dict:
     return {
         key: value for key in ("paper_bgcolor", "plot_bgcolor") if (value := getattr(layout, key, None)) is not None
     }
+
+
+def backgrounds(template: str) -> dict:
+    """Paper and plot background for a figure: the template's own, not transparent (a static copy of the figure
+    outlives a theme switch), white where the template names none."""
+    return {"paper_bgcolor": "white", "plot_bgcolor": "white", **background_for(template)}
+
+
+def frame(template: str, title: str, title_size: int, margin: dict, **size) -> dict:
+    """The layout every figure here shares: its template, title, margins and background; `size` is width and/or
+    height (fixed: autosize off, so the live figure and its static copy keep the same box)."""
+    fixed = dict(size, autosize=False) if "width" in size else dict(size)
+    return dict(
+        template=template,
+        margin=margin,
+        title=dict(text=title, font=dict(size=title_size)),
+        **fixed,
+        **backgrounds(template),
+    )
