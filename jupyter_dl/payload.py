@@ -100,9 +100,13 @@ def _rebuild_function(payload: FunctionPayload, namespace: dict):
     return rebuilt
 
 
-def _why_unsendable(value, exc) -> str:
+def why_unsendable(value, exc, advice=True) -> str:
+    """Why `value` cannot travel, in a user's words; `advice` adds what to do (the way back to the notebook: the
+    way there, ShipError says it)."""
     if type(value).__module__.startswith("tensorflow") and "Dataset" in type(value).__name__:
-        return "a tf.data.Dataset is a TensorFlow pipeline that cannot leave the engine; build it in the notebook"
+        # Neither way: a notebook's dataset cannot be sent either; rebuilding it is the only way.
+        why = "a tf.data.Dataset is a TensorFlow pipeline that cannot leave the process it was built in"
+        return why + ("; build it again where you use it (in the notebook, or in each %%distribute cell)" * advice)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -133,7 +137,7 @@ def pack(names, namespace) -> dict:
         try:
             out[name] = dumps(name, namespace[name], namespace, functions_by_reference=True)
         except Exception as exc:  # any pickling failure: report it, keep the others
-            out[name] = Unsendable(name, _why_unsendable(namespace[name], exc))
+            out[name] = Unsendable(name, why_unsendable(namespace[name], exc))
     return out
 
 

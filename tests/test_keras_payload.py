@@ -100,3 +100,18 @@ def test_a_custom_loop_s_optimizer_is_built_over_the_models_that_travel_with_it(
     again = _travel(["net", "opt"], {"net": net, "opt": opt})  # the next cell: it arrives built, with its state
     assert int(again["opt"].iterations.numpy()) == 3
     assert again["opt"]._trainable_variables[0] is again["net"].trainable_variables[0]
+
+
+def test_a_dataset_is_refused_both_ways_with_one_consistent_reason():
+    """A tf.data pipeline cannot be sent to the engines nor come back: both messages say why and agree on what to
+    do (the way back used to say 'build it in the notebook', which the way there then refused)."""
+    from jupyter_dl.errors import ShipError
+    from jupyter_dl.launch.work import CellWork, prepare
+
+    ds = tf.data.Dataset.from_tensor_slices(np.arange(4)).batch(2)
+    with pytest.raises(ShipError) as sent:
+        prepare(CellWork("model.fit(ds)", {"ds": ds}))
+    assert "tf.data.Dataset" in str(sent.value) and "create it inside the %%distribute cell" in str(sent.value)
+    back = payload.pack(["ds"], {"ds": ds})["ds"]
+    assert "cannot leave the process it was built in" in back.reason
+    assert "build it again where you use it" in back.reason and "build it in the notebook" not in back.reason

@@ -65,7 +65,7 @@ def prepare(work) -> Shipment:
             try:
                 values[name] = (None, payload.dumps(name, value, work.namespace))
             except Exception as exc:
-                raise ShipError(name, f"{type(exc).__name__}: {exc}") from None
+                raise ShipError(name, payload.why_unsendable(value, exc, advice=False)) from None
         else:
             values[name] = (fp, value)
     return Shipment(names_in=sorted(values), names_out=names.binds, values=values)
