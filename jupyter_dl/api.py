@@ -36,6 +36,14 @@ class Session:
         self._parent = parent
 
     @property
+    def launcher(self):
+        """Deprecated: the job runner was called the launcher; use `runner`."""
+        import warnings
+
+        warnings.warn("Session.launcher was renamed Session.runner", DeprecationWarning, stacklevel=2)
+        return self.runner
+
+    @property
     def advisor(self):
         if self._advisor is None:
             from .recommend.advisor import Advisor

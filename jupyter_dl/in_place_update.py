@@ -10,7 +10,15 @@ from . import keras_objects
 
 
 def update(existing, arrived, payload, namespace) -> bool:
-    """Copy `arrived`'s state into `existing`; False (nothing changed) when they do not fit."""
+    """Copy `arrived`'s state into `existing`; False (nothing changed) when they do not fit, or when copying failed
+    (then the caller binds `arrived` instead, as before in-place updates)."""
+    try:
+        return _update(existing, arrived, payload, namespace)
+    except Exception:  # a Keras object this module did not foresee: the rebuilt copy is still right
+        return False
+
+
+def _update(existing, arrived, payload, namespace) -> bool:
     if keras_objects.is_optimizer(existing):
         return _update_optimizer(existing, arrived, payload, namespace)
     if type(existing) is not type(arrived) or not _same_variables(existing.variables, arrived.variables):
@@ -37,26 +45,52 @@ def _same_compile(existing, arrived) -> bool:
     config = getattr(existing, "get_compile_config", None)
     if config is None:
         return True  # a layer, not a model
-    return config() == arrived.get_compile_config()
+    return _without_learning_rate(config()) == _without_learning_rate(arrived.get_compile_config())
 
 
-def _update_optimizer(existing, arrived, payload, namespace) -> bool:
-    """A custom loop's optimizer: its state, over the notebook's copies of the variables it trains (found by path
-    in the notebook's models, which came back first)."""
+def _without_learning_rate(config):
+    """A compile config minus the optimizer's current learning rate, which a schedule callback changes during
+    training (the optimizer state that is copied carries the rate)."""
+    if not isinstance(config, dict):
+        return config
+    optimizer = config.get("optimizer")
+    if isinstance(optimizer, dict) and isinstance(optimizer.get("config"), dict):
+        inner = {k: v for k, v in optimizer["config"].items() if k != "learning_rate"}
+        if isinstance(inner.get("inner_optimizer"), dict):  # LossScaleOptimizer
+            inner["inner_optimizer"] = _without_learning_rate({"optimizer": inner["inner_optimizer"]})["optimizer"]
+        config = {**config, "optimizer": {**optimizer, "config": inner}}
+    return config
+
+
+def _update_optimizer(existing, arrived, payload, around) -> bool:
+    """A custom loop's optimizer: its state, over the receiver's copies of the variables it trains, found by path
+    in the models of `around` (dicts searched in order: what came back, then the receiving namespace)."""
     if type(existing) is not type(arrived) or payload.optimizer_state is None:
         return False
     variables = None
     if not existing.built:
-        candidates = [
-            v
-            for value in namespace.values()
-            if keras_objects.is_keras_saveable(value) and hasattr(value, "trainable_variables")
-            for v in value.trainable_variables
-        ]
-        variables = [_one_by_path(candidates, path) for path in payload.optimizer_variable_paths or []]
+        tiers = [_variables_in(names) for names in around]
+        variables = [_first_match(tiers, path) for path in payload.optimizer_variable_paths or []]
         if not variables or any(v is None for v in variables):
             return False
     return keras_objects.restore_optimizer(existing, payload.optimizer_state, variables)
+
+
+def _variables_in(names: dict) -> list:
+    """The trainable variables of the Keras objects in `names`, each once however many names refer to it."""
+    by_id = {}
+    for value in names.values():
+        if keras_objects.is_keras_saveable(value) and hasattr(value, "trainable_variables"):
+            by_id.update({id(v): v for v in value.trainable_variables})
+    return list(by_id.values())
+
+
+def _first_match(tiers, path):
+    for candidates in tiers:
+        found = _one_by_path(candidates, path)
+        if found is not None:
+            return found
+    return None
 
 
 def _one_by_path(candidates, path):

@@ -128,14 +128,46 @@ def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
     return cloudpickle.dumps(value)
 
 
+@dataclass
+class OptimizerOf:
+    """An optimizer that is a model's (`model.compile(optimizer=opt)`), sent as a reference: the receiving side
+    binds it to that model's optimizer, so `model.optimizer is opt` holds there too (two copies would train apart)."""
+
+    model_name: str
+
+
+def optimizer_owners(names, namespace) -> dict:
+    """{id(optimizer): name of a model among `names` that holds it as its optimizer}."""
+    owners: dict = {}
+    for name in names:
+        optimizer = getattr(namespace.get(name), "optimizer", None) if is_keras_model(namespace.get(name)) else None
+        if optimizer is not None:
+            owners.setdefault(id(optimizer), name)
+            inner = getattr(optimizer, "inner_optimizer", None)  # mixed precision: compile wrapped the user's
+            if inner is not None:
+                owners.setdefault(id(inner), name)
+    return owners
+
+
+def dumps_sharing(name, value, namespace, owners, **kwargs) -> bytes:
+    """dumps, except that a model's optimizer travels as a reference to its model (OptimizerOf)."""
+    if keras_objects.is_optimizer(value) and id(value) in owners and owners[id(value)] != name:
+        model = namespace[owners[id(value)]]
+        return cloudpickle.dumps(
+            OptimizerOf(owners[id(value)]) if model.optimizer is value else OptimizerOf(owners[id(value)] + ".inner")
+        )
+    return dumps(name, value, namespace, **kwargs)
+
+
 def pack(names, namespace) -> dict:
     """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook."""
     out: dict = {}
+    owners = optimizer_owners(names, namespace)
     for name in names:
         if name not in namespace:
             continue
         try:
-            out[name] = dumps(name, namespace[name], namespace, functions_by_reference=True)
+            out[name] = dumps_sharing(name, namespace[name], namespace, owners, functions_by_reference=True)
         except Exception as exc:  # any pickling failure: report it, keep the others
             out[name] = Unsendable(name, why_unsendable(namespace[name], exc))
     return out
@@ -172,15 +204,31 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[di
             problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
             continue
         existing = (namespace or {}).get(name) if name in in_place else None
-        updated = existing is not None and in_place_update.update(existing, value, keras_payload, namespace or {})
+        # Where an optimizer's variables are looked for: what came back first, then the receiving namespace.
+        around = (values, namespace or {})
+        updated = existing is not None and in_place_update.update(existing, value, keras_payload, around)
         if not updated and keras_objects.is_optimizer(value):
             # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.
-            in_place_update.update(value, value, keras_payload, {**(namespace or {}), **values})
+            in_place_update.update(value, value, keras_payload, around)
         values[name] = existing if updated else value
     for name, value in list(values.items()):
         if isinstance(value, HistoryPayload):
             values[name] = _rebuild_history(value, values.get(value.model_name))
+        elif isinstance(value, OptimizerOf):
+            _bind_model_optimizer(name, value, values, problems)
     return values, problems
+
+
+def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):
+    model_name, _, part = reference.model_name.partition(".")
+    optimizer = getattr(values.get(model_name), "optimizer", None)
+    if part == "inner":
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    if optimizer is None:
+        del values[name]
+        problems[name] = f"it is the optimizer of '{model_name}', which did not come back"
+    else:
+        values[name] = optimizer
 
 
 def _first_line(exc) -> str:

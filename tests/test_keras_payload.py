@@ -115,3 +115,42 @@ def test_a_dataset_is_refused_both_ways_with_one_consistent_reason():
     back = payload.pack(["ds"], {"ds": ds})["ds"]
     assert "cannot leave the process it was built in" in back.reason
     assert "build it again where you use it" in back.reason and "build it in the notebook" not in back.reason
+
+
+def test_a_model_s_optimizer_travels_as_that_model_s_optimizer():
+    """`opt` compiled into `model` is one object on both sides (two copies would train apart): it travels as a
+    reference to the model, and comes back as the model's optimizer even when the model itself was replaced."""
+    opt = keras.optimizers.Adam(1e-3)
+    model = _dense_model()
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    there = _travel(["model", "opt"], {"model": model, "opt": opt})
+    assert there["opt"] is there["model"].optimizer
+    bare, bare_opt = _dense_model(), keras.optimizers.Adam(1e-3)  # compiled only in the cell, over there
+    bare.compile(optimizer=bare_opt, loss="sparse_categorical_crossentropy")
+    bare.fit(X, Y, epochs=1, verbose=0)
+    back = _travel(["bare", "bare_opt"], {"bare": bare, "bare_opt": bare_opt}, in_place={"bare", "bare_opt"})
+    assert back["bare_opt"] is back["bare"].optimizer and int(back["bare_opt"].iterations.numpy()) == 1
+
+
+def test_a_learning_rate_schedule_callback_does_not_stop_the_in_place_update():
+    opt = keras.optimizers.SGD(0.1)
+    model = _dense_model()
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    remote = _travel(["model"], {"model": model})["model"]
+    remote.fit(X, Y, epochs=2, verbose=0, callbacks=[keras.callbacks.LearningRateScheduler(lambda e, lr: 0.01)])
+    back = _travel(["model"], {"model": remote}, {"model": model}, in_place={"model"})
+    assert back["model"] is model and model.optimizer is opt
+    assert np.isclose(float(opt.learning_rate.numpy()), 0.01)
+
+
+def test_an_alias_of_the_loop_s_model_does_not_lose_the_optimizer_state():
+    """`_` (IPython's last result) or `same = net` name the same model twice: still one variable per path."""
+    net, opt = _dense_model("aliased"), keras.optimizers.Adam(1e-3)
+    there = _travel(["net", "opt"], {"net": net, "opt": opt})
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(there["net"](X) ** 2)
+    there["opt"].apply_gradients(
+        zip(tape.gradient(loss, there["net"].trainable_variables), there["net"].trainable_variables)
+    )
+    back = _travel(["net", "opt"], there, {"net": net, "opt": opt, "_": net, "same": net}, in_place={"net", "opt"})
+    assert back["opt"] is opt and opt.built and int(opt.iterations.numpy()) == 1

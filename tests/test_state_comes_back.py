@@ -177,3 +177,66 @@ history = model.fit(x_train, y_train, epochs=2, callbacks=[schedule, plateau], v
     # Keras logs the rate each epoch ran at (the reduction comes after): the cell's units, as in one process.
     assert np.allclose(ns["history"].history["learning_rate"], [0.05, 0.05])
     assert np.isclose(float(ns["model"].optimizer.learning_rate.numpy()), 0.025)  # the reduction, in cell units
+
+
+def test_a_sub_model_sharing_layers_sees_the_training_and_is_not_written_back(shell, digits):
+    """The Keras autoencoder tutorial: `encoder` shares its layers with `autoencoder`. On the engines they are
+    separate copies and only `autoencoder` trains; its training reaches `encoder` in the notebook through the shared
+    layers, and the engines' untouched `encoder` copy is not written back over it."""
+    shell.user_ns.update(digits)
+    shell.run_cell(
+        """
+import keras
+inp = keras.Input((64,))
+code = keras.layers.Dense(8, activation="relu")(inp)
+autoencoder = keras.Model(inp, keras.layers.Dense(64)(code))
+encoder = keras.Model(inp, code)
+autoencoder.compile("adam", "mse")
+untrained = encoder.get_weights()[0].copy()
+""",
+        store_history=False,
+    )
+    ns = _run(shell, "autoencoder.fit(x_train, x_train, epochs=2, verbose=0)\nseen = encoder.name")
+    trained = ns["autoencoder"].layers[1].get_weights()[0]
+    assert not np.allclose(trained, ns["untrained"])
+    np.testing.assert_array_equal(ns["encoder"].get_weights()[0], trained)
+    assert int(ns["autoencoder"].optimizer.iterations.numpy()) == 44
+
+
+def test_an_optimizer_compiled_into_the_model_in_the_cell_is_the_model_s(shell, digits):
+    shell.user_ns.update(digits)
+    shell.run_cell(
+        """
+import keras
+opt = keras.optimizers.Adam(1e-3)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+""",
+        store_history=False,
+    )
+    ns = _run(
+        shell,
+        'model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")\n'
+        "model.fit(x_train, y_train, epochs=1, verbose=0)",
+    )
+    assert ns["model"].optimizer is ns["opt"] and int(ns["opt"].iterations.numpy()) == 22
+
+
+def test_the_best_checkpoint_is_readable_by_every_rank_right_after_fit(shell, digits, tmp_path):
+    """ModelCheckpoint writes on rank 0 only; the other ranks wait at the end of fit, so a cell that loads the best
+    model on the next line reads a whole file on every rank."""
+    shell.user_ns.update(digits)
+    shell.user_ns["path"] = str(tmp_path / "best.keras")
+    ns = _run(
+        shell,
+        """
+import keras
+import horovod.tensorflow as hvd_check
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=3, verbose=0,
+          callbacks=[keras.callbacks.ModelCheckpoint(path, monitor="loss", save_best_only=True)])
+best = keras.models.load_model(path)
+loaded = hvd_check.allgather_object(len(best.get_weights()))
+""",
+    )
+    assert ns["loaded"] == [2, 2]

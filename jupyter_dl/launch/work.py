@@ -58,12 +58,14 @@ def prepare(work) -> Shipment:
         return Shipment(fn=fn_blob)
     names = cellmod.analyse(work.code)  # SyntaxError surfaces here
     values = {}
-    for name in cellmod.shippable_reads(names, work.namespace):
+    reads = cellmod.shippable_reads(names, work.namespace)
+    owners = payload.optimizer_owners(reads, work.namespace)
+    for name in reads:
         value = work.namespace[name]
         fp = payload.fingerprint(value)
         if fp is None:
             try:
-                values[name] = (None, payload.dumps(name, value, work.namespace))
+                values[name] = (None, payload.dumps_sharing(name, value, work.namespace, owners))
             except Exception as exc:
                 raise ShipError(name, payload.why_unsendable(value, exc, advice=False)) from None
         else:

@@ -78,6 +78,7 @@ class KerasHooks:
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
+        self._fit_ends = itertools.count()  # fit calls that returned: each ends with every rank together
         self._validation_share = 1.0  # this rank's weight in the average of validation metrics (sharding.py)
         self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
 
@@ -180,6 +181,9 @@ class KerasHooks:
         kwargs["callbacks"] = extra + callbacks + [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
         with lr_callbacks.in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
             history = self._orig_fit(model, x, y, *args, **kwargs)
+        # Rank 0's callbacks may still be writing (ModelCheckpoint's best model): no rank goes on, perhaps to read
+        # that file, before they are done.
+        backend.broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
         if checkpoint is not None and self.rank == 0:

@@ -125,6 +125,7 @@ def run(spec: RankSpec) -> dict:
         os.environ.update(spec.secrets)  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
+        arrived = _trained_states(spec, namespace)
         hooks = _hooks_for(spec)
         t1 = time.perf_counter()
         stall_watch = StallWatch(rank, spec.stall_s, _stall_reporter(rank))
@@ -142,7 +143,7 @@ def run(spec: RankSpec) -> dict:
             if apart:
                 outcome["diverged"] = divergence.warning(apart)
         t2 = time.perf_counter()
-        _pack_results(spec, namespace, result, outcome)
+        _pack_results(spec, namespace, result, outcome, arrived)
         timings["pack_s"] = time.perf_counter() - t2
     except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
         outcome["probe"] = done.payload
@@ -194,16 +195,37 @@ def _exec_cell(spec: RankSpec, namespace):
     exec(compile(spec.code, filename, "exec"), namespace)
 
 
-def _pack_results(spec: RankSpec, namespace, result, outcome):
+def _trained_states(spec: RankSpec, namespace) -> dict:
+    """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived."""
+    if spec.mode != "cell" or spec.rank != 0:
+        return {}
+    return {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
+
+
+def _trained_state(value):
+    """What a cell may change in a model or optimizer without rebinding it: its variables, its optimizer's, how it
+    is compiled. Only what changed goes back: these are separate copies here, and an unchanged copy written back
+    over the notebook's objects would undo training that reached them through another name (a sub-model's
+    layers, `opt` after `model.compile(optimizer=opt)`)."""
+    try:
+        optimizer = value if keras_objects.is_optimizer(value) else getattr(value, "optimizer", None)
+        variables = list(value.variables) if getattr(value, "built", True) else []
+        if optimizer is not None and optimizer is not value and optimizer.built:
+            variables += list(optimizer.variables)
+        compiled = value.get_compile_config() if hasattr(value, "get_compile_config") else None
+        return divergence.fingerprint(variables).tobytes(), repr(compiled), getattr(optimizer, "built", None)
+    except Exception:  # an object this does not know how to read: always changed, so it goes back as before
+        return object()
+
+
+def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
     """Put what goes back to the kernel into the outcome: a function's result, or rank 0's bound names."""
     if spec.mode == "fn":
         outcome["result"] = payload.cloudpickle.dumps(result) if (spec.rank == 0 or spec.all_ranks) else None
     elif spec.rank == 0:
-        # Names the cell bound, plus Keras models and optimizers it trained in place (changed though not rebound).
-        names = list(spec.names_out) + [
-            n for n in spec.names_in if n not in spec.names_out and payload.trained_in_place(namespace[n])
-        ]
-        outcome["values"] = payload.pack(names, namespace)
+        # Names the cell bound, plus the models and optimizers it changed without rebinding them.
+        changed = [n for n in arrived if n not in spec.names_out and _trained_state(namespace[n]) != arrived[n]]
+        outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace)
         outcome["environment"] = _environment()
 
 

@@ -210,8 +210,16 @@ def _slice(obj, start, stop):
 
 
 def _shard_validation_dataset(ds, rank, size):
-    """Every size-th element from this rank's on, all of them between the ranks; and this rank's share."""
+    """This rank's part of a validation dataset and its share. Fewer elements than ranks: every rank validates on all
+    of it (a rank with none would have no val_* metrics to average). Single samples: split whole, weighed by count.
+    Batches (of sizes unknown here): equal numbers of batches, weight 1, as for training."""
+    import tensorflow as tf
+
     cardinality = int(ds.cardinality())
-    if cardinality < size:  # unknown or infinite (validation_steps bounds it), or fewer elements than ranks
+    if 0 <= cardinality < size:
+        return ds, 1.0
+    first = tf.nest.flatten(ds.element_spec)[0]
+    batched = getattr(first, "shape", None) is not None and first.shape.rank and first.shape[0] is None
+    if cardinality < 0 or batched:
         return shard_dataset(ds, rank, size), 1.0
     return ds.shard(size, rank), _share(rank, size, cardinality)
