@@ -77,13 +77,12 @@ class ClusterManager(Configurable):
         self._launcher = "local"
         self._engine_sets = []  # ipyparallel engine set ids, newest last
         self._reaper = None  # the process that ends our controller if this kernel dies
-        self._progress = None  # ensure()'s progress(text) while engines register
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
         return self.default_engines or len(gpus.discover()) or 2
 
-    def start(self, n=None, gpu_spec="all", engines=None):
+    def start(self, n=None, gpu_spec="all", engines=None, progress=None):
         """Start a cluster of our own: local engines, one per rank, each pinned to one GPU where GPUs exist; or
         engines from a scheduler through ipyparallel's launcher of that name."""
         import ipyparallel as ipp
@@ -128,7 +127,7 @@ class ClusterManager(Configurable):
         try:
             self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
-            self._wait_for(n)
+            self._wait_for(n, progress)
             self.describe(self.engine_ids())  # also starts each engine importing TensorFlow and Horovod
         except BaseException:
             self.stop()  # also withdraws the scheduler request
@@ -282,13 +281,6 @@ class ClusterManager(Configurable):
     def ensure(self, n, progress=None):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand.
         progress(text), when given, hears how many engines have registered while they start."""
-        self._progress = progress
-        try:
-            return self._ensure(n)
-        finally:
-            self._progress = None
-
-    def _ensure(self, n):
         if self.client is not None and self.owned and not self._controller_running():
             # Stopped from outside this kernel (the jobs panel's Stop): the old client would wait forever.
             print(
@@ -297,7 +289,7 @@ class ClusterManager(Configurable):
             )
             self._forget_stopped_cluster()
         if self.client is None:
-            status = self.start(n=max(n, self.default_size()))
+            status = self.start(n=max(n, self.default_size()), progress=progress)
             where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
             devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
             print(
@@ -315,10 +307,10 @@ class ClusterManager(Configurable):
                 raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n {self._expected}")
             if n > self._expected:
                 self._start_engines(n - self._expected)
-            self._wait_for(n)  # new engines, or replacements of killed ones, still registering
+            self._wait_for(n, progress)  # new engines, or replacements of killed ones, still registering
         return self.client
 
-    def _wait_for(self, n):
+    def _wait_for(self, n, progress=None):
         """Until n engines are registered. A scheduler's queue may hold them first: that wait is shown, and
         bounded by queue_timeout; start_timeout counts from when the scheduler runs them."""
         queued_since = running_since = checked = time.monotonic()
@@ -327,9 +319,9 @@ class ClusterManager(Configurable):
         registered = -1
         while len(self.engine_ids()) < n:
             now = time.monotonic()
-            if self._progress is not None and len(self.engine_ids()) != registered:
+            if progress is not None and len(self.engine_ids()) != registered:
                 registered = len(self.engine_ids())
-                self._progress(f"starting the cluster: {registered}/{n} engines registered")
+                progress(f"starting the cluster: {registered}/{n} engines registered")
             if now - checked >= 1.0:
                 pending, checked = self._scheduler_pending(), now
             if pending:

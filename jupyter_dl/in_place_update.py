@@ -21,7 +21,7 @@ def update(existing, arrived, payload, namespace) -> bool:
 def _update(existing, arrived, payload, namespace) -> bool:
     if keras_objects.is_optimizer(existing):
         return _update_optimizer(existing, arrived, payload, namespace)
-    if type(existing) is not type(arrived) or not _same_variables(existing.variables, arrived.variables):
+    if type(existing) is not type(arrived) or not keras_objects.same_shapes(existing.variables, arrived.variables):
         return False
     if not _same_compile(existing, arrived):
         return False  # the cell compiled the model again: its optimizer and loss are the arrived ones
@@ -35,10 +35,6 @@ def _update(existing, arrived, payload, namespace) -> bool:
     for mine, theirs in zip(existing.variables, arrived.variables):
         mine.assign(theirs)
     return True
-
-
-def _same_variables(mine, theirs) -> bool:
-    return len(mine) == len(theirs) and all(tuple(a.shape) == tuple(b.shape) for a, b in zip(mine, theirs))
 
 
 def _same_compile(existing, arrived) -> bool:

@@ -84,11 +84,16 @@ def restore_optimizer(optimizer, state, variables) -> bool:
             return False
         optimizer.build(variables)
     own = optimizer.variables
-    if len(own) != len(state) or any(tuple(v.shape) != s.shape for v, s in zip(own, state)):
+    if not same_shapes(own, state):
         return False
     for variable, saved in zip(own, state):
         variable.assign(saved)
     return True
+
+
+def same_shapes(mine, theirs) -> bool:
+    """Whether two lists of variables (or arrays) pair up one to one with the same shapes."""
+    return len(mine) == len(theirs) and all(tuple(a.shape) == tuple(b.shape) for a, b in zip(mine, theirs))
 
 
 def _restore_optimizer_state(value, state):

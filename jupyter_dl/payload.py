@@ -134,6 +134,7 @@ class OptimizerOf:
     binds it to that model's optimizer, so `model.optimizer is opt` holds there too (two copies would train apart)."""
 
     model_name: str
+    inner: bool = False  # the optimizer a mixed-precision LossScaleOptimizer wraps, not the wrapper
 
 
 def optimizer_owners(names, namespace) -> dict:
@@ -152,10 +153,8 @@ def optimizer_owners(names, namespace) -> dict:
 def dumps_sharing(name, value, namespace, owners, **kwargs) -> bytes:
     """dumps, except that a model's optimizer travels as a reference to its model (OptimizerOf)."""
     if keras_objects.is_optimizer(value) and id(value) in owners and owners[id(value)] != name:
-        model = namespace[owners[id(value)]]
-        return cloudpickle.dumps(
-            OptimizerOf(owners[id(value)]) if model.optimizer is value else OptimizerOf(owners[id(value)] + ".inner")
-        )
+        owner = owners[id(value)]
+        return cloudpickle.dumps(OptimizerOf(owner, inner=namespace[owner].optimizer is not value))
     return dumps(name, value, namespace, **kwargs)
 
 
@@ -220,13 +219,12 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[di
 
 
 def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):
-    model_name, _, part = reference.model_name.partition(".")
-    optimizer = getattr(values.get(model_name), "optimizer", None)
-    if part == "inner":
+    optimizer = getattr(values.get(reference.model_name), "optimizer", None)
+    if reference.inner:
         optimizer = getattr(optimizer, "inner_optimizer", None)
     if optimizer is None:
         del values[name]
-        problems[name] = f"it is the optimizer of '{model_name}', which did not come back"
+        problems[name] = f"it is the optimizer of '{reference.model_name}', which did not come back"
     else:
         values[name] = optimizer
 

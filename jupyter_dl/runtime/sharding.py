@@ -20,15 +20,20 @@ def _length(obj):
     return len(obj) if hasattr(obj, "__len__") else int(obj.shape[0])
 
 
-def _take(obj, rank, size, per_rank):
-    """Strided shard, so each rank sees every class of an ordered dataset."""
+def _sliced(obj, part: slice):
+    """`obj[part]` for an array, or for each array of a dict/list/tuple structure (None stays None)."""
     if obj is None:
         return None
     if isinstance(obj, dict):
-        return {k: _take(v, rank, size, per_rank) for k, v in obj.items()}
+        return {k: _sliced(v, part) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_take(v, rank, size, per_rank) for v in obj)
-    return obj[rank : rank + per_rank * size : size]
+        return type(obj)(_sliced(v, part) for v in obj)
+    return obj[part]
+
+
+def _take(obj, rank, size, per_rank):
+    """Strided shard, so each rank sees every class of an ordered dataset."""
+    return _sliced(obj, slice(rank, rank + per_rank * size, size))
 
 
 def shard_arrays(arrays, rank, size, even=True):
@@ -190,23 +195,13 @@ def _split_off_validation(x, y, kwargs):
 
     at = int(math.floor(_length(x) * (1.0 - split)))
     weights = kwargs.get("sample_weight")
-    head = [_slice(a, 0, at) for a in (x, y, weights)]
-    tail = [_slice(a, at, None) for a in (x, y, weights)]
+    head = [_sliced(a, slice(0, at)) for a in (x, y, weights)]
+    tail = [_sliced(a, slice(at, None)) for a in (x, y, weights)]
     kwargs = {k: v for k, v in kwargs.items() if k != "validation_split"}
     kwargs["validation_data"] = tuple(a for a in tail if a is not None) if weights is None else tuple(tail)
     if weights is not None:
         kwargs["sample_weight"] = head[2]
     return head[0], head[1], kwargs
-
-
-def _slice(obj, start, stop):
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return {k: _slice(v, start, stop) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_slice(v, start, stop) for v in obj)
-    return obj[start:stop]
 
 
 def _shard_validation_dataset(ds, rank, size):
