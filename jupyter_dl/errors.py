@@ -12,12 +12,11 @@ class UsageError(DistributeError):
 class ShipError(UsageError):
     """A notebook variable the cell reads cannot be sent to the engines."""
 
-    def __init__(self, name: str, reason: str):
+    def __init__(
+        self, name: str, reason: str, advice="create it inside the %%distribute cell or convert it to a picklable value"
+    ):
         self.name = name
-        super().__init__(
-            f"cannot send variable '{name}' to the engines ({reason}); "
-            f"create it inside the %%distribute cell or convert it to a picklable value"
-        )
+        super().__init__(f"cannot send variable '{name}' to the engines ({reason}); {advice}")
 
 
 class BackendMissing(UsageError):

@@ -25,13 +25,13 @@ def _update(existing, arrived, payload, namespace) -> bool:
         return False
     if not _same_compile(existing, arrived):
         return False  # the cell compiled the model again: its optimizer and loss are the arrived ones
-    optimizer = getattr(existing, "optimizer", None)
-    if payload.optimizer_state is not None and optimizer is not None:
-        before = keras_objects.optimizer_state(optimizer)
-        if not keras_objects.restore_optimizer(optimizer, payload.optimizer_state, existing.trainable_variables):
-            if before is not None:
-                keras_objects.restore_optimizer(optimizer, before, None)
-            return False
+    optimizers = {"optimizer": getattr(existing, "optimizer", None), **keras_objects.other_optimizers(existing)}
+    before = {attribute: keras_objects.optimizer_state(o) for attribute, o in optimizers.items() if o is not None}
+    if not keras_objects.restore_optimizers(existing, payload):
+        for attribute, state in before.items():  # as they were: the arrived copy is bound instead
+            if state is not None:
+                keras_objects.restore_optimizer(optimizers[attribute], state, None)
+        return False
     for mine, theirs in zip(existing.variables, arrived.variables):
         mine.assign(theirs)
     return True

@@ -15,9 +15,11 @@ import inspect
 import sys
 import types
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cloudpickle
+
+from . import construction
 
 _SIMPLE = (str, int, float, bool, type(None))
 
@@ -36,27 +38,69 @@ class KerasPayload:
     # For an optimizer sent on its own (a custom loop's): the paths of the variables it was built for, so the
     # receiver can build it over its own copies of them (see restore_optimizer).
     optimizer_variable_paths: list | None = None
+    # Which of the model's trainable variables its optimizer was built over (a Distiller's covers the student's
+    # only), and the other optimizers it holds (a GAN's d_optimizer, g_optimizer): {attribute: (state, indices)}.
+    optimizer_indices: list | None = None
+    other_optimizers: dict = field(default_factory=dict)
+    # Names of the receiver's objects this one was built from (construction.NameRef): rebuilt after them.
+    refs: set = field(default_factory=set)
 
 
 def is_keras_saveable(value) -> bool:
     return any(c.__name__ == "KerasSaveable" and c.__module__.startswith("keras") for c in type(value).__mro__)
 
 
-def dumps(value, namespace=None) -> KerasPayload:
+def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
+    """`names_by_id`: {id(object): name} of objects the receiver has under a name; arguments the object was built
+    from that are among them travel as references (construction.NameRef)."""
     record_constructor_arguments()
-    custom = custom_objects_of(value, namespace or {})
-    try:
-        blob = cloudpickle.dumps(value)
-    except NotImplementedError as exc:  # Keras: a subclass whose constructor arguments it cannot record
-        raise TypeError(
-            f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
-            f"get_config() returning its constructor arguments"
-        ) from None
+    names_by_id = {k: v for k, v in (names_by_id or {}).items() if k != id(value)}
+    with construction.serialising(names_by_id) as referenced:
+        custom = custom_objects_of(value, namespace or {})
+        try:
+            blob = cloudpickle.dumps(value)
+        except NotImplementedError as exc:  # Keras: a class of its own it cannot rebuild
+            raise TypeError(
+                f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
+                f"get_config() returning its constructor arguments"
+            ) from None
     policy = getattr(getattr(value, "dtype_policy", None), "name", None)
     if is_optimizer(value):
         paths = [v.path for v in value._trainable_variables] if value.built else None
         return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, optimizer_state(value), None, paths)
-    return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, _optimizer_state(value), policy)
+    return KerasPayload(
+        blob,
+        cloudpickle.dumps(custom),
+        type(value).__name__,
+        _optimizer_state(value),
+        policy,
+        optimizer_indices=_built_over(getattr(value, "optimizer", None), value),
+        other_optimizers={
+            attribute: (optimizer_state(optimizer), _built_over(optimizer, value))
+            for attribute, optimizer in other_optimizers(value).items()
+        },
+        refs=set(referenced),
+    )
+
+
+def other_optimizers(value) -> dict:
+    """{attribute: optimizer} for the optimizers a model holds besides `model.optimizer` (a GAN's two)."""
+    main = getattr(value, "optimizer", None)
+    found = {}
+    for attribute, part in getattr(value, "__dict__", {}).items():
+        if not attribute.startswith("_") and is_optimizer(part) and part is not main:
+            found[attribute] = part
+    return found
+
+
+def _built_over(optimizer, model):
+    """Positions in model.trainable_variables of the variables `optimizer` was built for; None when unknown."""
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    optimizer = getattr(optimizer, "inner_optimizer", None) or optimizer
+    positions = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    indices = [positions.get(id(v)) for v in getattr(optimizer, "_trainable_variables", [])]
+    return None if any(i is None for i in indices) else indices
 
 
 def is_optimizer(value) -> bool:
@@ -96,13 +140,25 @@ def same_shapes(mine, theirs) -> bool:
     return len(mine) == len(theirs) and all(tuple(a.shape) == tuple(b.shape) for a, b in zip(mine, theirs))
 
 
-def _restore_optimizer_state(value, state):
-    optimizer = getattr(value, "optimizer", None)
-    restore_optimizer(optimizer, state, value.trainable_variables if optimizer is not None else None)
+def restore_optimizers(value, payload: KerasPayload) -> bool:
+    """Put every optimizer state in the payload into `value`'s optimizers, each built over the variables it was
+    built for on the sending side. False when one did not fit."""
+    fitted = True
+    plan = {"optimizer": (payload.optimizer_state, payload.optimizer_indices), **payload.other_optimizers}
+    for attribute, (state, indices) in plan.items():
+        optimizer = getattr(value, attribute, None)
+        if optimizer is None or state is None:
+            continue
+        variables = list(value.trainable_variables)
+        if indices is not None and all(i < len(variables) for i in indices):
+            variables = [variables[i] for i in indices]
+        fitted = restore_optimizer(optimizer, state, variables) and fitted
+    return fitted
 
 
-def loads(payload: KerasPayload, receivers_own: dict | None = None):
-    """Rebuild the object; `receivers_own` maps names to objects the receiver prefers to the travelling copies."""
+def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None):
+    """Rebuild the object; `receivers_own` maps names to objects the receiver prefers to the travelling copies
+    (classes), `resolve(name)` gives the receiver's object for an argument that travelled as a reference."""
     import keras
     from keras.src.saving.serialization_lib import SafeModeScope
 
@@ -114,13 +170,26 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None):
     if payload.dtype_policy:
         keras.config.set_dtype_policy(payload.dtype_policy)
     try:
-        with keras.saving.custom_object_scope(scope), SafeModeScope(False), warnings.catch_warnings():
+        with (
+            keras.saving.custom_object_scope(scope),
+            SafeModeScope(False),
+            construction.deserialising(resolve or _no_names),
+            warnings.catch_warnings(),
+        ):
             warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            # A custom layer without build() rebuilt inside a functional model: its sub-layers build on the call
+            # that reconnects the graph, as they did in the sender's process.
+            warnings.filterwarnings("ignore", message=".*was called on layer .* does not have a `build\\(\\)` method")
+            warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called as part of model loading")
             value = cloudpickle.loads(payload.blob)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    _restore_optimizer_state(value, payload.optimizer_state)
+    restore_optimizers(value, payload)
     return value
+
+
+def _no_names(name):
+    raise KeyError(f"'{name}' is not here")
 
 
 def custom_objects_of(value, namespace) -> dict:
@@ -146,14 +215,23 @@ def custom_objects_of(value, namespace) -> dict:
 
 
 def _classes_in(value):
-    classes = set(type(value).__mro__)
+    """The classes of the object, its layers, its loss and optimizers, and the arguments it was built and
+    compiled with (functions among them count as classes here: they travel the same way)."""
+    parts = [value]
     layers = getattr(value, "_flatten_layers", None)
     if callable(layers):
-        for layer in layers(include_self=False):
-            classes.update(type(layer).__mro__)
+        parts.extend(layers(include_self=False))
+    for part in list(parts):
+        parts.extend(construction.recorded_parts(part))
     for attribute in ("loss", "optimizer"):
         part = getattr(value, attribute, None)
         if part is not None and not isinstance(part, (str, list, dict)):
+            parts.append(part)
+    classes = set()
+    for part in parts:
+        if isinstance(part, (type, types.FunctionType)):
+            classes.add(part)
+        elif not isinstance(part, (str, int, float, bool, type(None))):
             classes.update(type(part).__mro__)
     return classes
 
@@ -191,10 +269,12 @@ def _user_defined(obj) -> bool:
 
 
 def record_constructor_arguments():
-    """Make `keras.Model.__new__` record the constructor arguments a subclass was given (idempotent)."""
+    """Make `keras.Model.__new__` record the constructor arguments a subclass was given, and Keras objects of
+    classes outside Keras travel by what built them (construction.install); idempotent."""
     module = sys.modules.get("keras.src.models.model")
     if module is not None:
         _patch_model_class(module.Model)
+        construction.install()
 
 
 def _record(instance, cls, args, kwargs):
@@ -246,6 +326,7 @@ class _RecordAfterKerasImport:
             original_exec(module)
             # keras.Model is the class defined here; keras' top level re-exports the same object.
             _patch_model_class(module.Model)
+            construction.install()
 
         loader.exec_module = exec_module
         return spec

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from . import in_place_update, keras_objects
+from . import datasets, in_place_update, keras_objects
 
 
 @dataclass
@@ -103,16 +103,29 @@ def _rebuild_function(payload: FunctionPayload, namespace: dict):
 def why_unsendable(value, exc, advice=True) -> str:
     """Why `value` cannot travel, in a user's words; `advice` adds what to do (the way back to the notebook: the
     way there, ShipError says it)."""
-    if type(value).__module__.startswith("tensorflow") and "Dataset" in type(value).__name__:
-        # Neither way: a notebook's dataset cannot be sent either; rebuilding it is the only way.
-        why = "a tf.data.Dataset is a TensorFlow pipeline that cannot leave the process it was built in"
-        return why + ("; build it again where you use it (in the notebook, or in each %%distribute cell)" * advice)
+    if isinstance(exc, datasets.PipelineError):
+        return str(exc)
+    if datasets.is_dataset(value):
+        # The way there sends a notebook's pipeline as its graph; one built on the ranks stays there.
+        why = "a tf.data.Dataset built on the ranks stays there"
+        return why + ("; build it in the notebook (it is sent to the ranks) or in each %%distribute cell" * advice)
     return f"{type(exc).__name__}: {exc}"
 
 
-def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
+def names_by_id(names, namespace) -> dict:
+    """{id(value): name} for the namespace's objects under `names` that the receiver will have under that name
+    (plain values excluded: their identity means nothing)."""
+    return {
+        id(namespace[n]): n
+        for n in names
+        if n in namespace and not isinstance(namespace[n], (str, int, float, bool, bytes, type(None)))
+    }
+
+
+def dumps(name, value, namespace=None, functions_by_reference=False, known=None) -> bytes:
     """Serialise one value; raises with the reason when it cannot be sent. functions_by_reference: send functions
-    defined in the cell without the globals they read (the way back to the notebook)."""
+    defined in the cell without the globals they read (the way back to the notebook). known: {id: name} of the
+    objects the receiver has by name, which a Keras object built from them refers to instead of copying."""
     if functions_by_reference:
         function = _function_payload(value)
         if function is not None:
@@ -124,7 +137,7 @@ def dumps(name, value, namespace=None, functions_by_reference=False) -> bytes:
             model_name = next((k for k, v in namespace.items() if v is model), None)
         value = HistoryPayload(dict(value.history), dict(value.params or {}), list(value.epoch), model_name)
     elif keras_objects.is_keras_saveable(value):
-        value = keras_objects.dumps(value, namespace)
+        value = keras_objects.dumps(value, namespace, known)
     return cloudpickle.dumps(value)
 
 
@@ -158,25 +171,30 @@ def dumps_sharing(name, value, namespace, owners, **kwargs) -> bytes:
     return dumps(name, value, namespace, **kwargs)
 
 
-def pack(names, namespace) -> dict:
-    """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook."""
+def pack(names, namespace, also_known=()) -> dict:
+    """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook.
+    also_known: names the notebook has already (what it shipped), which Keras objects may refer to."""
     out: dict = {}
     owners = optimizer_owners(names, namespace)
+    known = names_by_id([*also_known, *names], namespace)
     for name in names:
         if name not in namespace:
             continue
         try:
-            out[name] = dumps_sharing(name, namespace[name], namespace, owners, functions_by_reference=True)
+            out[name] = dumps_sharing(
+                name, namespace[name], namespace, owners, functions_by_reference=True, known=known
+            )
         except Exception as exc:  # any pickling failure: report it, keep the others
             out[name] = Unsendable(name, why_unsendable(namespace[name], exc))
     return out
 
 
-def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[dict, dict]:
+def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict | None = None) -> tuple[dict, dict]:
     """Return (values, problems). Keras objects are rebuilt last, with the classes that came back in scope ahead of
     the namespace's own; Histories get their model back when it travelled too. Names in `in_place` (models and
     optimizers the cell trained without rebinding them) update the namespace's own objects where they fit, so that
-    other references to them (`opt` after `model.compile(optimizer=opt)`) see the training too."""
+    other references to them (`opt` after `model.compile(optimizer=opt)`) see the training too. `known`: more
+    objects by name that Keras objects built from them may refer to (an engine's values from earlier shipments)."""
     values, problems, blobs = {}, {}, {}
     for name, blob in packed.items():
         if isinstance(blob, Unsendable):
@@ -195,10 +213,31 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[di
             values[name] = value
     receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
     receivers_own.update(values)
-    # Models before optimizers: an optimizer trained in place is rebuilt over its models' variables.
-    for name, keras_payload in sorted(blobs.items(), key=lambda item: item[1].optimizer_variable_paths is not None):
+
+    def resolve(name):
+        """The receiver's object for a name a Keras object was built from: what came back, else its own."""
+        if name in values:
+            return values[name]
+        for names in (namespace, known):
+            if names is not None and name in names:
+                return names[name]
+        raise KeyError(f"'{name}', which it was built from, is not here")
+
+    for name, value in list(values.items()):
+        if isinstance(value, datasets.DatasetPayload):  # after the arrays that travelled beside it
+            try:
+                values[name] = datasets.loads(value, resolve)
+            except Exception as exc:
+                del values[name]
+                problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
+    for name in _rebuild_order(blobs):
+        keras_payload = blobs[name]
+        missing = [r for r in keras_payload.refs if r in problems]
+        if missing:
+            problems[name] = f"it was built from '{missing[0]}', which did not come back"
+            continue
         try:
-            value = keras_objects.loads(keras_payload, receivers_own)
+            value = keras_objects.loads(keras_payload, receivers_own, resolve)
         except Exception as exc:
             problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
             continue
@@ -216,6 +255,18 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=()) -> tuple[di
         elif isinstance(value, OptimizerOf):
             _bind_model_optimizer(name, value, values, problems)
     return values, problems
+
+
+def _rebuild_order(blobs: dict) -> list:
+    """Keras payloads in the order they can be rebuilt: an object after those it was built from (construction
+    refs), models before optimizers (an optimizer trained in place is rebuilt over its models' variables)."""
+    order: list = []
+    pending = sorted(blobs, key=lambda n: blobs[n].optimizer_variable_paths is not None)
+    while pending:
+        ready = [n for n in pending if not (blobs[n].refs & set(pending) - {n})] or pending[:1]
+        order.extend(ready)
+        pending = [n for n in pending if n not in ready]
+    return order
 
 
 def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):

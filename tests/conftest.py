@@ -86,3 +86,42 @@ def pytest_runtest_makereport(item, call):
     """Expose each phase's report on the test item, so fixtures can keep evidence of a failure."""
     outcome = yield
     setattr(item, f"rep_{call.when}", outcome.get_result())
+
+
+# ------------------------------------------------------------------------------------------ no silent skips
+# A skip is allowed only for what no install can give this machine (a GPU). Such a skip says so by starting its
+# reason with NO_GPU; any other skip (a missing Debian package, a missing wheel, no namespaces) means the setup
+# (scripts/setup.sh) left something out, and fails the run at its end, listed.
+NO_GPU = "cannot exist here (no GPU):"
+_skipped: list = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append((report.nodeid, reason.removeprefix("Skipped: ")))
+
+
+def unexpected_skips(skipped) -> list:
+    """The skips whose reason an install could fix (anything not marked NO_GPU)."""
+    return [(nodeid, reason) for nodeid, reason in skipped if not reason.startswith(NO_GPU)]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _skipped:
+        return
+    terminalreporter.section("skipped tests")
+    for nodeid, reason in _skipped:
+        terminalreporter.write_line(f"{nodeid}: {reason}")
+    bad = unexpected_skips(_skipped)
+    if bad:
+        terminalreporter.write_line(
+            f"{len(bad)} skipped for a reason the setup should have fixed (only '{NO_GPU} ...' may skip); "
+            "install what they name in scripts/setup.sh",
+            red=True,
+        )
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if unexpected_skips(_skipped) and exitstatus == 0:
+        session.exitstatus = 1

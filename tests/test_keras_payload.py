@@ -102,19 +102,49 @@ def test_a_custom_loop_s_optimizer_is_built_over_the_models_that_travel_with_it(
     assert again["opt"]._trainable_variables[0] is again["net"].trainable_variables[0]
 
 
-def test_a_dataset_is_refused_both_ways_with_one_consistent_reason():
-    """A tf.data pipeline cannot be sent to the engines nor come back: both messages say why and agree on what to
-    do (the way back used to say 'build it in the notebook', which the way there then refused)."""
+def test_a_notebook_pipeline_travels_as_its_graph_with_its_arrays_beside_it():
+    """A tf.data pipeline built in the notebook goes to the engines as its graph; the array it was built from is
+    taken out of the graph and travels as a content-hashed value (sent to an engine once), and the rebuilt
+    pipeline yields the same batches and shards."""
+    from jupyter_dl.launch.work import CellWork, prepare
+
+    x = np.arange(20000, dtype="float32").reshape(1000, 20)
+    ds = tf.data.Dataset.from_tensor_slices((x, np.arange(1000))).map(lambda a, b: (a * 2, b)).batch(32)
+    shipment = prepare(CellWork("model.fit(ds)", {"ds": ds}))
+    arrays = [n for n in shipment.values if n != "ds"]
+    assert len(arrays) == 1 and shipment.values[arrays[0]][0] is not None  # fingerprinted, like notebook arrays
+    assert len(shipment.values["ds"][1]) < 20000  # the 80 kB array is not inside the graph
+    blobs = {"ds": shipment.values["ds"][1], arrays[0]: payload.cloudpickle.dumps(shipment.values[arrays[0]][1])}
+    values, problems = payload.unpack(blobs)
+    assert problems == {}
+    there = values["ds"]
+    assert int(there.cardinality()) == 32 and int(there.shard(2, 1).cardinality()) == 16
+    first, expected = next(iter(there)), next(iter(ds))
+    np.testing.assert_array_equal(first[0], expected[0])
+
+
+def test_a_pipeline_running_python_is_refused_in_one_line_naming_the_step():
     from jupyter_dl.errors import ShipError
     from jupyter_dl.launch.work import CellWork, prepare
 
-    ds = tf.data.Dataset.from_tensor_slices(np.arange(4)).batch(2)
+    def rows():
+        yield from range(3)
+
+    generated = tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec((), tf.int64))
     with pytest.raises(ShipError) as sent:
-        prepare(CellWork("model.fit(ds)", {"ds": ds}))
-    assert "tf.data.Dataset" in str(sent.value) and "create it inside the %%distribute cell" in str(sent.value)
+        prepare(CellWork("model.fit(ds)", {"ds": generated}))
+    message = str(sent.value)
+    assert "Dataset.from_generator" in message and "build the dataset inside the %%distribute cell" in message
+    assert "\n" not in message
+    mapped = tf.data.Dataset.range(3).map(lambda v: tf.py_function(lambda q: q, [v], tf.int64))
+    with pytest.raises(ShipError, match=r"tf.py_function in Dataset.map"):
+        prepare(CellWork("model.fit(ds)", {"ds": mapped}))
+
+
+def test_a_pipeline_built_on_the_ranks_stays_there_with_advice_that_agrees_with_the_way_there():
+    ds = tf.data.Dataset.from_tensor_slices(np.arange(4)).batch(2)
     back = payload.pack(["ds"], {"ds": ds})["ds"]
-    assert "cannot leave the process it was built in" in back.reason
-    assert "build it again where you use it" in back.reason and "build it in the notebook" not in back.reason
+    assert "built on the ranks stays there" in back.reason and "build it in the notebook" in back.reason
 
 
 def test_a_model_s_optimizer_travels_as_that_model_s_optimizer():

@@ -115,6 +115,23 @@ def test_progress_only_rate_limit_is_per_job(tmp_path):
     assert store.load(b.id).progress == {"step": 3}
 
 
+def test_rate_limit_ignores_machine_uptime(tmp_path):
+    """The clock reads 0.5 s (a machine booted half a second ago, where monotonic time starts): a job never saved
+    is not treated as saved at boot, and the interval is measured from its own last write."""
+    now = [0.5]
+    store = JobStore(root=str(tmp_path), save_interval=1.0, clock=lambda: now[0])
+    job = make_job(progress={"step": 1})
+    store.save(job, progress_only=True)
+    assert store.load(job.id).progress == {"step": 1}
+    job.progress = {"step": 2}
+    now[0] = 1.4  # 0.9 s after the last write: held back
+    store.save(job, progress_only=True)
+    assert store.load(job.id).progress == {"step": 1}
+    now[0] = 1.6  # 1.1 s after: lands
+    store.save(job, progress_only=True)
+    assert store.load(job.id).progress == {"step": 2}
+
+
 def test_zero_interval_saves_every_progress_update(tmp_path):
     """save_interval=0 writes every progress update."""
     store = JobStore(root=str(tmp_path), save_interval=0)

@@ -42,9 +42,11 @@ class JobStore(Configurable):
     def _root_default(self):
         return _default_root()
 
-    def __init__(self, **kwargs):
+    def __init__(self, clock=time.monotonic, **kwargs):
         super().__init__(**kwargs)
-        self._last_save = {}
+        # Injected so tests can place "now" anywhere: monotonic time starts near 0 on a freshly booted machine.
+        self._clock = clock
+        self._last_save = {}  # job id -> clock reading of its last write; a job never written is never held back
         self._records = {}  # job id -> (mtime_ns, size, parsed job.json): a poller re-reads only what changed
 
     def job_dir(self, job_id) -> pathlib.Path:
@@ -53,8 +55,9 @@ class JobStore(Configurable):
     # ------------------------------------------------------------------------------------------------ write
     def save(self, job: Job, progress_only=False):
         """Write job.json atomically. Progress-only updates are rate-limited; state changes always land."""
-        now = time.monotonic()
-        if progress_only and now - self._last_save.get(job.id, 0.0) < self.save_interval:
+        now = self._clock()
+        last = self._last_save.get(job.id)
+        if progress_only and last is not None and now - last < self.save_interval:
             return
         self._last_save[job.id] = now
         directory = self.job_dir(job.id)

@@ -1,5 +1,6 @@
 """While a job runs: what the ranks produce (metrics, logs) goes into the job's state, store and observers."""
 
+import math
 import time
 
 
@@ -14,7 +15,7 @@ class MetricsFeed:
     def __init__(self, job, collector, state, observers, store, ars, redact):
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
         self.ars, self.redact = ars, redact
-        self._logs_at = self._cancel_at = 0.0
+        self._logs_at = self._cancel_at = -math.inf  # never: monotonic time starts near 0 at boot
         self._logged = {}  # (stream, rank) -> length of the text last written
         self.stalls = {}  # rank -> its stall report
 

@@ -1,5 +1,6 @@
 """Waiting for a job's ranks, and the one way every early end stops them (interrupt, repeat, then kill)."""
 
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ class Monitor:
         """Wait for every rank, relaying output. Returns (outcome per rank, Ending)."""
         outcomes = [None] * len(ars)
         ending = Ending()
-        self._stop_at, self._signalled_at = None, 0.0
+        self._stop_at, self._signalled_at = None, -math.inf  # never signalled (not 0: uptime)
         deadline = time.monotonic() + timeout if timeout else None
         try:
             while True:
@@ -36,7 +37,7 @@ class Monitor:
                         break
                 except KeyboardInterrupt:
                     if ending.status != "interrupted":
-                        ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), 0.0
+                        ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), -math.inf
         finally:
             for r, ar in enumerate(ars):
                 if outcomes[r] is not None and outcomes[r].get("ok"):

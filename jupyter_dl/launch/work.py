@@ -5,7 +5,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .. import cell as cellmod
-from .. import payload
+from .. import datasets, payload
 from ..errors import ShipError
 from ..jobs import Job
 
@@ -60,17 +60,34 @@ def prepare(work) -> Shipment:
     values = {}
     reads = cellmod.shippable_reads(names, work.namespace)
     owners = payload.optimizer_owners(reads, work.namespace)
+    known = payload.names_by_id(reads, work.namespace)  # a wrapper model refers to the parts shipped beside it
     for name in reads:
         value = work.namespace[name]
         fp = payload.fingerprint(value)
-        if fp is None:
+        if datasets.is_dataset(value):
+            values.update(_dataset_shipment(name, value))
+        elif fp is None:
             try:
-                values[name] = (None, payload.dumps_sharing(name, value, work.namespace, owners))
+                values[name] = (None, payload.dumps_sharing(name, value, work.namespace, owners, known=known))
             except Exception as exc:
                 raise ShipError(name, payload.why_unsendable(value, exc, advice=False)) from None
         else:
             values[name] = (fp, value)
     return Shipment(names_in=sorted(values), names_out=names.binds, values=values)
+
+
+def _dataset_shipment(name, dataset) -> dict:
+    """A notebook's tf.data pipeline: its graph, and the arrays it was built from as content-hashed values (sent
+    to an engine once, like the notebook's arrays)."""
+    try:
+        graph, arrays = datasets.dumps(dataset)
+    except datasets.PipelineError as exc:
+        raise ShipError(name, exc.why, exc.advice) from None
+    except Exception as exc:
+        raise ShipError(name, payload.why_unsendable(dataset, exc, advice=False)) from None
+    shipment = {array_name: (payload.fingerprint(array), array) for array_name, array in arrays.items()}
+    shipment[name] = (None, payload.cloudpickle.dumps(graph))
+    return shipment
 
 
 def dumps_callable(obj, fn):

@@ -53,7 +53,7 @@ class LiveView:
         self._handle = None
         self._box = None
         self._eta = SmoothedEta(ETA_TIME_CONSTANT_S)
-        self._last_refresh = 0.0
+        self._last_refresh = -math.inf  # never: monotonic time starts near 0 at boot
         self._traces = {}
         self.resources = ResourceFigure(template, FIGURE_WIDTH)  # under the loss once ranks' samples arrive
         self._resource_samples_drawn = 0

@@ -2,6 +2,7 @@
 
 Its own module because it imports Keras at the top, which takes seconds: publish.py loads it on first use."""
 
+import math
 import time
 
 import keras
@@ -41,7 +42,7 @@ class LiveMetrics(keras.callbacks.Callback):
         self._publish = publish if publish is not None else engine_publisher()
         self._buffer = []
         self._seq = 0
-        self._last_flush = 0.0
+        self._last_flush = -math.inf  # never: monotonic time starts near 0 at boot
         self._samples = 0
         self._steps = 0
         self._train_seconds = 0.0

@@ -82,7 +82,8 @@ def receive(blobs: dict, fingerprints: dict):
     _wait_for_preload()
     # A model's classes that travel with it win over older ones this engine kept from earlier jobs (the notebook
     # may have redefined them since); classes shipped in this same batch win over both.
-    values, problems = payload.unpack(blobs)
+    # Keras objects built from values shipped earlier (an array kept here by fingerprint) refer to them by name.
+    values, problems = payload.unpack(blobs, known={name: value for name, (_, value) in _SHIPPED.items()})
     for name, why in problems.items():
         raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: {why}")
     for name, value in values.items():
@@ -225,7 +226,7 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
     elif spec.rank == 0:
         # Names the cell bound, plus the models and optimizers it changed without rebinding them.
         changed = [n for n in arrived if n not in spec.names_out and _trained_state(namespace[n]) != arrived[n]]
-        outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace)
+        outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace, also_known=spec.names_in)
         outcome["environment"] = _environment()
 
 

@@ -1,0 +1,346 @@
+"""Keras objects travel by what built them, not by `get_config`.
+
+In one process a wrapper model (`VAE(encoder, decoder)`, `Distiller(student=..., teacher=...)`, a GAN with its own
+`compile`) or a layer whose constructor takes no `**kwargs` never needs `get_config`. Keras' pickling (a .keras
+archive) does: it rebuilds each object with `cls(**get_config())`. So while a Keras object of a class defined
+outside Keras is made, the arguments its constructor was given are noted on it, and so are those of its outermost
+`compile` call (the user's override, not the `super().compile()` inside it). While jupyter-dl serialises (and only
+then: a user's own `model.save` behaves as Keras made it), such an object's default `get_config` returns that
+record instead, and `from_config` replays it: the constructor, then `compile`, then attributes the user set on the
+object. Keras then loads the trained values into the rebuilt object as usual, walking its attributes.
+
+In the record, an argument that is a value the receiving side has under a name (the notebook's `encoder`, or one
+shipped in the same batch) travels as a `NameRef` and is replaced by the receiver's own object, so
+`vae.encoder is encoder` holds there as in one process. Other Keras objects travel as their Keras config; the rest
+by cloudpickle.
+
+Kernel and engines both import this module (through keras_objects): it is the wire format for Keras objects.
+"""
+
+import base64
+import contextlib
+import contextvars
+import functools
+import inspect
+import sys
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+RECORD_KEY = "__jupyter_dl_built_with__"
+_KERAS_PACKAGES = ("keras", "tensorflow", "tf_keras")
+_SIMPLE = (str, int, float, bool, complex, bytes, type(None))
+
+# While serialising: {id(object): name the receiver knows it by}; None outside our serialisation.
+_names_by_id: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_names_by_id", default=None)
+# While deserialising: a function name -> the receiver's own object (KeyError when it has none).
+_resolver: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_resolver", default=None)
+# Names the records written so far referred to (the receiver must have them before this object is rebuilt).
+_referenced: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_referenced", default=None)
+
+
+class _Call:
+    """The arguments of one call. Deliberately not a tuple or list: Keras' saving walks an object's attributes and
+    saves the layers it finds in containers, which would save an argument's weights a second time."""
+
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, args, kwargs):
+        self.args, self.kwargs = tuple(args), dict(kwargs)
+
+
+@dataclass
+class NameRef:
+    """An argument that is the receiver's object of this name."""
+
+    name: str
+
+
+@dataclass
+class KerasConfig:
+    """A Keras object (layer, model, optimizer, loss, metric) that travels as its Keras config; its trained values,
+    where it has any, are loaded by Keras' walk over the object that holds it."""
+
+    config: dict
+
+
+@dataclass
+class Record:
+    args: tuple
+    kwargs: dict
+    compile: tuple | None = None  # (args, kwargs) of the outermost compile call
+    attributes: dict = field(default_factory=dict)  # plain values the user set on the object
+
+
+def is_foreign(cls) -> bool:
+    """A class written outside Keras and TensorFlow: the user's, or a library's built on Keras."""
+    return not (getattr(cls, "__module__", "") or "").startswith(_KERAS_PACKAGES)
+
+
+# --------------------------------------------------------------------------------------------- transport
+
+
+@contextlib.contextmanager
+def serialising(names_by_id: dict | None = None):
+    """While active, foreign Keras objects without their own get_config serialise as their construction record;
+    arguments whose id is in `names_by_id` travel as references to those names. Yields the set of names used."""
+    referenced: set = set()
+    tokens = (_names_by_id.set(dict(names_by_id or {})), _referenced.set(referenced))
+    try:
+        yield referenced
+    finally:
+        _referenced.reset(tokens[1])
+        _names_by_id.reset(tokens[0])
+
+
+@contextlib.contextmanager
+def deserialising(resolve):
+    """While active, records rebuild their objects; `resolve(name)` gives the receiver's object for a NameRef."""
+    token = _resolver.set(resolve)
+    try:
+        yield
+    finally:
+        _resolver.reset(token)
+
+
+def _encode(value, where):
+    """`value` with notebook objects replaced by NameRefs and Keras objects by their configs, recursively."""
+    if isinstance(value, _SIMPLE):
+        return value
+    names = _names_by_id.get() or {}
+    if id(value) in names:
+        _referenced.get().add(names[id(value)])
+        return NameRef(names[id(value)])
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_encode(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if _is_keras_saveable(value):
+        import keras
+
+        try:
+            return KerasConfig(keras.saving.serialize_keras_object(value))
+        except Exception as exc:
+            raise TypeError(f"{where} ({type(value).__name__}) could not travel: {_first_line(exc)}") from None
+    try:
+        cloudpickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"{where} ({type(value).__name__}) could not travel: {_first_line(exc)}") from None
+    return value
+
+
+def _decode(value):
+    if isinstance(value, NameRef):
+        resolve = _resolver.get()
+        if resolve is None:
+            raise KeyError(value.name)
+        return resolve(value.name)
+    if isinstance(value, KerasConfig):
+        import keras
+
+        return keras.saving.deserialize_keras_object(value.config)
+    if type(value) in (list, tuple):
+        return type(value)(_decode(v) for v in value)
+    if type(value) is dict:
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+def _record_of(obj) -> Record:
+    cls = type(obj).__name__
+    made = obj.__dict__.get("_jdl_made_with")
+    compiled = obj.__dict__.get("_jdl_compiled_with")
+    args = tuple(_encode(a, f"argument {i} of {cls}()") for i, a in enumerate(made.args))
+    kwargs = {k: _encode(v, f"argument '{k}' of {cls}()") for k, v in made.kwargs.items()}
+    compile_call = None
+    if compiled is not None:
+        compile_call = (
+            tuple(_encode(a, f"argument {i} of {cls}.compile()") for i, a in enumerate(compiled.args)),
+            {k: _encode(v, f"argument '{k}' of {cls}.compile()") for k, v in compiled.kwargs.items()},
+        )
+    return Record(args, kwargs, compile_call, _user_attributes(obj))
+
+
+def _user_attributes(obj) -> dict:
+    """Plain values set on the object that a plain Keras model does not have (`self.latent_dim`, `self.alpha`)."""
+    keras_own = _keras_attribute_names()
+    out = {}
+    for name, value in obj.__dict__.items():
+        if name.startswith("_") or name in keras_own:
+            continue
+        if isinstance(value, _SIMPLE) or (type(value) in (list, tuple) and all(isinstance(v, _SIMPLE) for v in value)):
+            out[name] = value
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _keras_attribute_names() -> frozenset:
+    import keras
+
+    return frozenset(vars(keras.Model()).keys()) | frozenset(vars(keras.layers.Layer()).keys())
+
+
+def _rebuild(cls, config):
+    record: Record = cloudpickle.loads(base64.b64decode(config[RECORD_KEY]))
+    obj = cls(*_decode(record.args), **_decode(record.kwargs))
+    name = config.get("name")
+    if name and getattr(obj, "name", name) != name:
+        with contextlib.suppress(Exception):
+            obj.name = name
+    if "trainable" in config:
+        obj.trainable = config["trainable"]
+    if record.compile is not None:
+        cargs, ckwargs = record.compile
+        obj.compile(*_decode(cargs), **_decode(ckwargs))
+        # Keras' loader would compile again from the base compile config (or warn that compile is custom).
+        object.__setattr__(obj, "_jdl_compile_replayed", True)
+    for attribute, value in record.attributes.items():
+        if getattr(obj, attribute, _MISSING) != value:
+            with contextlib.suppress(Exception):
+                setattr(obj, attribute, value)
+    return obj
+
+
+_MISSING = object()
+
+
+# --------------------------------------------------------------------------------------------- recording
+
+
+def _note_call(obj, attribute, args, kwargs):
+    object.__setattr__(obj, attribute, _Call(args, kwargs))
+
+
+def _recording_compile(compile_fn):
+    """Wrap a compile method so the outermost call on an object (the user's override) is noted on it."""
+
+    @functools.wraps(compile_fn)
+    def compile(self, *args, **kwargs):
+        if self.__dict__.get("_jdl_compiling"):
+            return compile_fn(self, *args, **kwargs)
+        object.__setattr__(self, "_jdl_compiling", True)
+        try:
+            result = compile_fn(self, *args, **kwargs)
+        finally:
+            object.__setattr__(self, "_jdl_compiling", False)
+        _note_call(self, "_jdl_compiled_with", args, kwargs)
+        return result
+
+    compile._jdl_records = True
+    return compile
+
+
+def _wrap_compiles(cls):
+    """The user's own `compile` overrides in cls' hierarchy record their calls (once per class)."""
+    for klass in cls.__mro__:
+        function = klass.__dict__.get("compile")
+        if function is not None and is_foreign(klass) and not getattr(function, "_jdl_records", False):
+            if inspect.isfunction(function):
+                klass.compile = _recording_compile(function)
+
+
+def install():
+    """Patch Keras once (idempotent): note constructor and compile arguments of foreign objects, and serialise
+    them by record while `serialising()` is active."""
+    operation_module = sys.modules.get("keras.src.ops.operation")
+    if operation_module is None:
+        return
+    operation = operation_module.Operation
+    if getattr(operation, "_jdl_patched", False):
+        return
+    from keras.src.models.model import Model
+    from keras.src.trainers.trainer import Trainer
+    from keras.src.utils import python_utils
+
+    original_new = operation.__new__
+
+    def __new__(cls, *args, **kwargs):
+        instance = original_new(cls, *args, **kwargs)
+        if isinstance(instance, cls) and is_foreign(cls):
+            _note_call(instance, "_jdl_made_with", args, kwargs)
+            _wrap_compiles(cls)
+        return instance
+
+    operation.__new__ = __new__
+
+    original_model_new = Model.__new__
+
+    def model_new(cls, *args, **kwargs):
+        # Keras' Model.__new__ calls Operation.__new__ without the arguments: note them here, where they are.
+        instance = original_model_new(cls, *args, **kwargs)
+        if isinstance(instance, cls) and is_foreign(cls):
+            _note_call(instance, "_jdl_made_with", args, kwargs)
+        return instance
+
+    model_new._jdl_records_arguments = getattr(original_model_new, "_jdl_records_arguments", False)
+    Model.__new__ = model_new
+
+    Trainer.compile = _recording_compile(Trainer.compile)
+
+    original_get_config = operation.get_config
+
+    @python_utils.default
+    def get_config(self):
+        if (
+            _names_by_id.get() is not None
+            and "_jdl_made_with" in self.__dict__
+            and python_utils.is_default(self.get_config)
+        ):
+            blob = cloudpickle.dumps(_record_of(self))
+            return {"name": self.name, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
+        return original_get_config(self)
+
+    operation.get_config = get_config
+
+    for klass in (operation, Model):
+        original_from_config = klass.__dict__["from_config"].__func__
+        klass.from_config = classmethod(_from_config_replaying(original_from_config))
+
+    original_compile_from_config = Trainer.compile_from_config
+
+    def compile_from_config(self, config):
+        if self.__dict__.get("_jdl_compile_replayed"):
+            return None  # compiled already, with the arguments the user gave (see _rebuild)
+        return original_compile_from_config(self, config)
+
+    Trainer.compile_from_config = compile_from_config
+    operation._jdl_patched = True
+
+
+def _from_config_replaying(original):
+    def from_config(cls, config, *args, **kwargs):
+        if isinstance(config, dict) and RECORD_KEY in config:
+            return _rebuild(cls, config)
+        return original(cls, config, *args, **kwargs)
+
+    return from_config
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _is_keras_saveable(value) -> bool:
+    return any(c.__name__ == "KerasSaveable" and c.__module__.startswith("keras") for c in type(value).__mro__)
+
+
+def _first_line(exc) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
+def recorded_parts(obj):
+    """Every argument value in the object's construction and compile records (for finding the classes and
+    functions that must travel with it)."""
+    for attribute in ("_jdl_made_with", "_jdl_compiled_with"):
+        call = getattr(obj, "__dict__", {}).get(attribute)
+        if call is not None:
+            yield from _flatten(list(call.args) + list(call.kwargs.values()))
+
+
+def _flatten(values):
+    for value in values:
+        if type(value) in (list, tuple):
+            yield from _flatten(value)
+        elif type(value) is dict:
+            yield from _flatten(list(value.values()))
+        else:
+            yield value
