@@ -103,6 +103,11 @@ def deserialising(resolve):
         _resolver.reset(token)
 
 
+def no_names(name):
+    """The resolver where the sender referred to no names (what it wrote for itself, e.g. a job's results)."""
+    raise KeyError(f"'{name}' is not here")
+
+
 def _encode(value, where):
     """`value` with notebook objects replaced by NameRefs and Keras objects by their configs, recursively."""
     if isinstance(value, _SIMPLE):
@@ -131,10 +136,7 @@ def _encode(value, where):
 
 def _decode(value):
     if isinstance(value, NameRef):
-        resolve = _resolver.get()
-        if resolve is None:
-            raise KeyError(value.name)
-        return resolve(value.name)
+        return _resolver.get()(value.name)
     if isinstance(value, KerasConfig):
         import keras
 
@@ -309,7 +311,9 @@ def install():
 
 def _from_config_replaying(original):
     def from_config(cls, config, *args, **kwargs):
-        if isinstance(config, dict) and RECORD_KEY in config:
+        # Only inside our own deserialisation: a record is a pickle, and a .keras file from elsewhere loaded with
+        # Keras' load_model must not get to run one.
+        if isinstance(config, dict) and RECORD_KEY in config and _resolver.get() is not None:
             return _rebuild(cls, config)
         return original(cls, config, *args, **kwargs)
 

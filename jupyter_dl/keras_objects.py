@@ -173,7 +173,7 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
         with (
             keras.saving.custom_object_scope(scope),
             SafeModeScope(False),
-            construction.deserialising(resolve or _no_names),
+            construction.deserialising(resolve or construction.no_names),
             warnings.catch_warnings(),
         ):
             warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
@@ -186,10 +186,6 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
         keras.config.set_dtype_policy(previous_policy)
     restore_optimizers(value, payload)
     return value
-
-
-def _no_names(name):
-    raise KeyError(f"'{name}' is not here")
 
 
 def custom_objects_of(value, namespace) -> dict:

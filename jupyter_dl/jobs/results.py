@@ -22,7 +22,7 @@ import cloudpickle
 from traitlets import Bool, Float
 from traitlets.config import Configurable
 
-from .. import keras_objects, payload
+from .. import construction, keras_objects, payload
 
 RESULTS = "results"
 
@@ -63,8 +63,10 @@ class JobResults(Configurable):
                     notes.append(f"model '{name}' ({megabytes:,.0f} MB) not kept: over c.JobResults.max_model_mb")
                     continue
                 (folder / "models").mkdir(parents=True, exist_ok=True)
-                value.save(folder / "models" / f"{name}.keras")
-                custom.update(keras_objects.custom_objects_of(value, {**(namespace or {}), **values}))
+                # Saved the way models travel: a class without get_config is kept by what built it.
+                with construction.serialising():
+                    value.save(folder / "models" / f"{name}.keras")
+                    custom.update(keras_objects.custom_objects_of(value, {**(namespace or {}), **values}))
             elif payload.is_history(value):
                 (folder / "history").mkdir(parents=True, exist_ok=True)
                 (folder / "history" / f"{name}.json").write_text(
@@ -120,9 +122,11 @@ def load(job_dir, job_id) -> SavedJob:
     )
     custom_file = folder / "custom_objects.pkl"
     custom = cloudpickle.loads(custom_file.read_bytes()) if custom_file.exists() else {}
+    keras_objects.record_constructor_arguments()
     for path in sorted((folder / "models").glob("*.keras")):
-        # Our own kernel wrote these: Lambda layers and the cell's own code in them are the user's.
-        saved.models[path.stem] = keras.saving.load_model(path, custom_objects=custom, safe_mode=False)
+        # Our own kernel wrote these: Lambda layers, the cell's own code and construction records are the user's.
+        with construction.deserialising(construction.no_names):
+            saved.models[path.stem] = keras.saving.load_model(path, custom_objects=custom, safe_mode=False)
     for path in sorted((folder / "history").glob("*.json")):
         saved.histories[path.stem] = json.loads(path.read_text())
     return saved
