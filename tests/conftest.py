@@ -6,6 +6,9 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The job store goes under the Jupyter data dir: keep the tests' jobs out of the user's.
 os.environ["JUPYTER_DATA_DIR"] = tempfile.mkdtemp(prefix="jdl-test-data-")
+# ipyparallel's profiles and connection files too: a run killed half-way leaves ipcontroller-<id>-*.json behind,
+# and cluster ids hold the pid, which repeats after a reboot; a later run would read the dead cluster's ports.
+os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="jdl-test-ipython-")
 
 import numpy as np
 import pytest

@@ -28,7 +28,7 @@ import horovod.tensorflow as hvd
 RANK = hvd.rank()
 def inject():
     with open(os.path.join({workdir!r}, "injected"), "w") as f:
-        f.write(repr(time.time()))
+        f.write(repr(time.monotonic()))
 """
 
 FIT = """
@@ -194,7 +194,7 @@ def run_fault(fault, workdir, n=2):
         if wait_for_injection(workdir) is None:
             return
         time.sleep(0.3)  # the peer settles into its wait
-        stop["t"] = time.time()
+        stop["t"] = time.monotonic()
         if fault.stop == "cancel":
             session.store.request_cancel(session.jobs.all()[-1].id)
         else:
@@ -202,10 +202,10 @@ def run_fault(fault, workdir, n=2):
 
     if fault.stop:
         threading.Thread(target=stopper, daemon=True).start()
-    started = time.time()
+    started = time.monotonic()
     error = result = None
     try:
         result = jupyter_dl.distribute(fault.code(workdir), n=n, namespace={}, name=fault.name, **fault.kwargs(workdir))
     except (Exception, KeyboardInterrupt) as exc:
         error = exc
-    return FaultRun(fault, error, result, started, time.time(), injected_at(workdir), stop.get("t"))
+    return FaultRun(fault, error, result, started, time.monotonic(), injected_at(workdir), stop.get("t"))

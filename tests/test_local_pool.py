@@ -38,7 +38,7 @@ OTHER_KERNEL = textwrap.dedent("""
     session.cluster.start(n=2)
     print(json.dumps({"ready": True}), flush=True)
     names = {}
-    jupyter_dl.distribute("import time\\ntime.sleep(6)\\nended = time.time()\\n", n=2, namespace=names,
+    jupyter_dl.distribute("import time\\ntime.sleep(6)\\nended = time.monotonic()\\n", n=2, namespace=names,
                           name="other-first")
     print(json.dumps({"first_ended": names["ended"]}), flush=True)
     jupyter_dl.distribute("import time\\nwhile True:\\n    time.sleep(0.1)\\n", n=2, namespace={}, manual=True,
@@ -119,7 +119,7 @@ def test_only_the_gpus_a_kernels_engines_hold_are_granted_to_it(pool_file):
 def _start_time():
     import time
 
-    return time.time()
+    return time.monotonic()
 
 
 def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_path, monkeypatch, capsys):
@@ -173,7 +173,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
         )
         runner.start()
         _wait_queued(dl_session, "mine-second", runner)
-        killed = time.time()
+        killed = time.monotonic()
         other.send_signal(signal.SIGKILL)
         other.wait(10)
         runner.join(120)

@@ -170,7 +170,11 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
             lambda jobs: any(j != blocker and s == ("PENDING", "Resources") for j, s in jobs.items()),
             "the engines' job never pended",
         )
-        time.sleep(2)  # the kernel polls the queue once a second
+        # The kernel polls the queue once a second: wait for it to say so (however slow this machine is now).
+        said, deadline = "", time.monotonic() + 60
+        while "waiting for slurm to allocate" not in said and time.monotonic() < deadline:
+            time.sleep(0.5)
+            said += capsys.readouterr().err
         assert session.cluster.engine_ids() == []  # all or nothing: no engine runs while the job pends
         (engines_job,) = [j for j in pending if j != blocker]
         # The batch script is kept with the cluster's files, not written into the notebook's folder.
@@ -178,7 +182,7 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
         assert not os.path.exists("slurm_engine.sbatch")
         assert (
             f"waiting for slurm to allocate 2 engines at once (Slurm job {engines_job} PENDING (Resources))"
-            in capsys.readouterr().err
+            in said + capsys.readouterr().err
         )
         subprocess.run(["scancel", blocker], check=True)
         starter.join(180)

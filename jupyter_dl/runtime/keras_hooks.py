@@ -19,7 +19,7 @@ import math
 import sys
 
 from ..backends import horovod as backend
-from . import lr_callbacks, stall_watch
+from . import file_writes, lr_callbacks, stall_watch
 from .optimizer_hooks import DistributedUpdates
 
 _SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
@@ -129,6 +129,8 @@ class KerasHooks:
             # Model.save and Model.save_weights call these too, so every way to save goes through one guard.
             *((module, name, on_rank0_only(original)) for module, name, original in _saving_functions()),
             (keras.Model, "export", on_rank0_only(keras.Model.export)),  # a SavedModel folder for serving
+            # A callback's own files (images, plots, arrays) are written by rank 0 alone while fit runs.
+            *file_writes.patches(lambda: hooks.rank != 0 and hooks.updates.in_fit),
         ]
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:
