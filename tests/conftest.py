@@ -73,6 +73,7 @@ FAST_MODULES = {
     "test_store",
     "test_figures",
     "test_keras_payload",
+    "test_skip_policy",
 }
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 
