@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import cloudpickle
 
 RECORD_KEY = "__jupyter_dl_built_with__"
+# In a Keras config (a layer inside a Sequential or functional model): "this is the receiver's object of this name".
+NAME_KEY = "__jupyter_dl_receivers_own__"
 _KERAS_PACKAGES = ("keras", "tensorflow", "tf_keras")
 _SIMPLE = (str, int, float, bool, complex, bytes, type(None))
 
@@ -121,10 +123,10 @@ def _encode(value, where):
     if isinstance(value, dict) and type(value) is dict:
         return {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
     if _is_keras_saveable(value):
-        import keras
+        from keras.src.saving import serialization_lib
 
         try:
-            return KerasConfig(keras.saving.serialize_keras_object(value))
+            return KerasConfig(serialization_lib.serialize_keras_object(value))
         except Exception as exc:
             raise TypeError(f"{where} ({type(value).__name__}) could not travel: {_first_line(exc)}") from None
     try:
@@ -138,9 +140,9 @@ def _decode(value):
     if isinstance(value, NameRef):
         return _resolver.get()(value.name)
     if isinstance(value, KerasConfig):
-        import keras
+        from keras.src.saving import serialization_lib
 
-        return keras.saving.deserialize_keras_object(value.config)
+        return serialization_lib.deserialize_keras_object(value.config)
     if type(value) in (list, tuple):
         return type(value)(_decode(v) for v in value)
     if type(value) is dict:
@@ -179,7 +181,9 @@ def _user_attributes(obj) -> dict:
 def _keras_attribute_names() -> frozenset:
     import keras
 
-    return frozenset(vars(keras.Model()).keys()) | frozenset(vars(keras.layers.Layer()).keys())
+    # Named, so that making them takes no automatic name ("model_3") from the user's objects.
+    model, layer = keras.Model(name="_jdl_model"), keras.layers.Layer(name="_jdl_layer")
+    return frozenset(vars(model)) | frozenset(vars(layer))
 
 
 def _rebuild(cls, config):
@@ -189,7 +193,9 @@ def _rebuild(cls, config):
     if name and getattr(obj, "name", name) != name:
         with contextlib.suppress(Exception):
             obj.name = name
-    if "trainable" in config:
+    # Only when it differs: setting a model's `trainable` sets every sub-layer's, and would unfreeze a frozen part
+    # (a distiller's teacher) that the constructor was given.
+    if "trainable" in config and obj.trainable != config["trainable"]:
         obj.trainable = config["trainable"]
     if record.compile is not None:
         cargs, ckwargs = record.compile
@@ -298,6 +304,7 @@ def install():
         original_from_config = klass.__dict__["from_config"].__func__
         klass.from_config = classmethod(_from_config_replaying(original_from_config))
 
+    _patch_serialization()
     original_compile_from_config = Trainer.compile_from_config
 
     def compile_from_config(self, config):
@@ -307,6 +314,37 @@ def install():
 
     Trainer.compile_from_config = compile_from_config
     operation._jdl_patched = True
+
+
+def _patch_serialization():
+    """A layer or model the receiver has under a name (the notebook's adapted `vectorize`, its `encoder`), met
+    while Keras serialises a Sequential or functional model, is marked with that name; on the receiving side the
+    marked config deserialises to the receiver's own object, so `model.layers[0] is vectorize` as in one process."""
+    from keras.src.ops.operation import Operation
+    from keras.src.saving import serialization_lib
+
+    original_serialize = serialization_lib.serialize_keras_object
+    original_deserialize = serialization_lib.deserialize_keras_object
+
+    def serialize_keras_object(obj):
+        config = original_serialize(obj)
+        names = _names_by_id.get()
+        if names and id(obj) in names and isinstance(obj, Operation) and isinstance(config, dict):
+            inner = config.get("config")
+            if isinstance(inner, dict):
+                _referenced.get().add(names[id(obj)])
+                config = {**config, "config": {**inner, NAME_KEY: names[id(obj)]}}
+        return config
+
+    def deserialize_keras_object(config, custom_objects=None, safe_mode=True, **kwargs):
+        resolve = _resolver.get()
+        inner = config.get("config") if isinstance(config, dict) else None
+        if resolve is not None and isinstance(inner, dict) and NAME_KEY in inner:
+            return resolve(inner[NAME_KEY])
+        return original_deserialize(config, custom_objects=custom_objects, safe_mode=safe_mode, **kwargs)
+
+    serialization_lib.serialize_keras_object = serialize_keras_object
+    serialization_lib.deserialize_keras_object = deserialize_keras_object
 
 
 def _from_config_replaying(original):

@@ -58,8 +58,8 @@ def dumps(value) -> tuple[DatasetPayload, dict]:
         if node.op != "Const":
             continue
         tensor = node.attr["value"].tensor
-        if len(tensor.tensor_content) < _INLINE_BYTES:
-            continue
+        if len(tensor.tensor_content) < _INLINE_BYTES or tensor.dtype == tf.string.as_datatype_enum:
+            continue  # strings (file names) stay: make_ndarray cannot read them from tensor_content
         array = tf.make_ndarray(tensor)
         name = ARRAY_PREFIX + _content_hash(array)
         beside[name] = array
@@ -118,9 +118,12 @@ def _file_paths(graph, limit=3) -> list:
 
     found = []
     for node in graph.node:
-        if node.op != "Const" or node.attr["value"].tensor.dtype != tf.string.as_datatype_enum:
+        tensor = node.attr["value"].tensor
+        if node.op != "Const" or tensor.dtype != tf.string.as_datatype_enum:
             continue
-        for item in tf.make_ndarray(node.attr["value"].tensor).reshape(-1)[:limit]:
+        # parse_tensor reads a string tensor kept in either form (string_val or packed tensor_content).
+        strings = tf.io.parse_tensor(tensor.SerializeToString(), tf.string).numpy().reshape(-1)[:limit]
+        for item in strings:
             text = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
             if os.path.isabs(text) and os.path.exists(text):
                 found.append(text)

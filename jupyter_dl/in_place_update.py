@@ -46,12 +46,13 @@ def _same_compile(existing, arrived) -> bool:
 
 def _without_learning_rate(config):
     """A compile config minus the optimizer's current learning rate, which a schedule callback changes during
-    training (the optimizer state that is copied carries the rate)."""
+    training (the optimizer state that is copied carries the rate), and minus its name: a compile replayed on the
+    other side (a GAN's `super().compile()`) makes its default optimizer again, under the next automatic name."""
     if not isinstance(config, dict):
         return config
     optimizer = config.get("optimizer")
     if isinstance(optimizer, dict) and isinstance(optimizer.get("config"), dict):
-        inner = {k: v for k, v in optimizer["config"].items() if k != "learning_rate"}
+        inner = {k: v for k, v in optimizer["config"].items() if k not in ("learning_rate", "name")}
         if isinstance(inner.get("inner_optimizer"), dict):  # LossScaleOptimizer
             inner["inner_optimizer"] = _without_learning_rate({"optimizer": inner["inner_optimizer"]})["optimizer"]
         config = {**config, "optimizer": {**optimizer, "config": inner}}

@@ -142,6 +142,41 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
 
 
 @dataclass
+class TensorOf:
+    """A symbolic Keras tensor the cell bound (`x = layers.Dense(8)(inputs)` while building a functional model):
+    it travels as its place in a model that travels too (layer, call, output), and comes back as that place's
+    tensor in the receiver's model."""
+
+    model_name: str
+    layer_index: int  # in the model's _flatten_layers(), the model itself first
+    node_index: int
+    output_index: int
+
+
+def is_keras_tensor(value) -> bool:
+    return type(value).__name__ == "KerasTensor" and type(value).__module__.startswith("keras")
+
+
+def _locate_tensor(tensor, names, namespace) -> TensorOf | None:
+    for name in names:
+        model = namespace.get(name)
+        if not is_keras_model(model):
+            continue
+        for i, layer in enumerate(model._flatten_layers(include_self=True)):
+            for k, node in enumerate(getattr(layer, "_inbound_nodes", [])):
+                for j, output in enumerate(node.output_tensors):
+                    if output is tensor:
+                        return TensorOf(name, i, k, j)
+    return None
+
+
+def _tensor_at(place: TensorOf, values, namespace):
+    model = values.get(place.model_name, (namespace or {}).get(place.model_name))
+    layers = list(model._flatten_layers(include_self=True))
+    return layers[place.layer_index]._inbound_nodes[place.node_index].output_tensors[place.output_index]
+
+
+@dataclass
 class OptimizerOf:
     """An optimizer that is a model's (`model.compile(optimizer=opt)`), sent as a reference: the receiving side
     binds it to that model's optimizer, so `model.optimizer is opt` holds there too (two copies would train apart)."""
@@ -180,6 +215,11 @@ def pack(names, namespace, also_known=()) -> dict:
     for name in names:
         if name not in namespace:
             continue
+        if is_keras_tensor(namespace[name]):
+            place = _locate_tensor(namespace[name], [*names, *also_known], namespace)
+            if place is not None:
+                out[name] = cloudpickle.dumps(place)
+                continue
         try:
             out[name] = dumps_sharing(
                 name, namespace[name], namespace, owners, functions_by_reference=True, known=known
@@ -254,6 +294,12 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
             values[name] = _rebuild_history(value, values.get(value.model_name))
         elif isinstance(value, OptimizerOf):
             _bind_model_optimizer(name, value, values, problems)
+        elif isinstance(value, TensorOf):
+            try:
+                values[name] = _tensor_at(value, values, namespace)
+            except Exception:
+                del values[name]
+                problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
     return values, problems
 
 

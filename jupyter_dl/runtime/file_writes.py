@@ -17,6 +17,7 @@ GUARDED = (
     ("numpy", "save"),
     ("numpy", "savez"),
     ("numpy", "savez_compressed"),
+    ("tensorflow._api.v2.io", "write_file"),  # tf.io.write_file, called eagerly from a callback
 )
 
 

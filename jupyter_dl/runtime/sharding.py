@@ -65,11 +65,24 @@ def shard_dataset(ds, rank, size):
         return shard.take(cardinality // size)
     if cardinality == tf.data.INFINITE_CARDINALITY:
         return shard  # fit needs steps_per_epoch then, which is per rank and equal
-    raise ValueError(
-        "a tf.data dataset of unknown length cannot be split into equal shards; "
-        "add .repeat() and pass steps_per_epoch, "
-        "or use .apply(tf.data.experimental.assert_cardinality(n))"
-    )
+    # Unknown length (lines of a text file, TFRecords, a filter): count it once, so that every rank takes the same
+    # number of batches; one process would just read to the end, but a rank that ends early leaves the others
+    # waiting in their next allreduce.
+    cardinality = count_elements(ds)
+    if rank == 0:
+        print(
+            f"[jupyter-dl] counted the dataset's {cardinality} elements once to split it equally; "
+            f"add .apply(tf.data.experimental.assert_cardinality({cardinality})) to skip the count",
+            flush=True,
+        )
+    return shard.take(cardinality // size)
+
+
+def count_elements(ds) -> int:
+    """The number of elements of a finite dataset, by reading it once (in TensorFlow's graph, not in Python)."""
+    import numpy as np
+
+    return int(ds.reduce(np.int64(0), lambda count, _: count + 1))
 
 
 def _is_array_like(obj):
