@@ -187,7 +187,7 @@ def _keras_attribute_names() -> frozenset:
 
 
 def _rebuild(cls, config):
-    record: Record = cloudpickle.loads(base64.b64decode(config[RECORD_KEY]))
+    record = cloudpickle.loads(base64.b64decode(config[RECORD_KEY]))
     obj = cls(*_decode(record.args), **_decode(record.kwargs))
     name = config.get("name")
     if name and getattr(obj, "name", name) != name:

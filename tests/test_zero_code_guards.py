@@ -55,16 +55,18 @@ def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsy
 def test_a_model_that_cannot_come_back_is_named_and_its_old_value_removed(shell, digits, capsys):
     shell.user_ns.update(digits)
     shell.user_ns["model"] = "the model from an earlier cell"
-    # A subclass taking a layer as constructor argument, without get_config: Keras cannot rebuild it elsewhere.
+    # A subclass built from a value that cannot leave the process (a lock): it cannot be rebuilt on the other side.
     cell = """
+import threading
 import keras
 class Wrapper(keras.Model):
-    def __init__(self, inner):
+    def __init__(self, inner, lock):
         super().__init__()
         self.inner = inner
+        self.lock = lock
     def call(self, x):
         return self.inner(x)
-model = Wrapper(keras.layers.Dense(10, activation="softmax"))
+model = Wrapper(keras.layers.Dense(10, activation="softmax"), lock=threading.Lock())
 model.compile("adam", "sparse_categorical_crossentropy")
 model.fit(x_train, y_train, epochs=1, verbose=0)
 trained = True
@@ -73,7 +75,7 @@ trained = True
     assert result.success, result.error_in_exec
     err = capsys.readouterr().err
     assert "'model' did not come back from the engines" in err, err
-    assert "get_config" in err
+    assert "argument 'lock' of Wrapper()" in err  # names what could not travel
     assert "older value was removed" in err
     assert "model" not in shell.user_ns  # no stale value that looks like the result
     assert shell.user_ns["trained"] is True  # the other names came back

@@ -210,9 +210,12 @@ def _trained_state(value):
     layers, `opt` after `model.compile(optimizer=opt)`)."""
     try:
         optimizer = value if keras_objects.is_optimizer(value) else getattr(value, "optimizer", None)
-        variables = list(value.variables) if getattr(value, "built", True) else []
-        if optimizer is not None and optimizer is not value and optimizer.built:
-            variables += list(optimizer.variables)
+        # Also when not built: a wrapper trained through its parts (a GAN's train_step) is never called itself.
+        variables = list(value.variables)
+        optimizers = [optimizer, *keras_objects.other_optimizers(value).values()]
+        for held in optimizers:
+            if held is not None and held is not value and held.built:
+                variables += list(held.variables)
         compiled = value.get_compile_config() if hasattr(value, "get_compile_config") else None
         return divergence.fingerprint(variables).tobytes(), repr(compiled), getattr(optimizer, "built", None)
     except Exception:  # an object this does not know how to read: always changed, so it goes back as before
