@@ -21,6 +21,7 @@ import time
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
+from process_guard import die_with_pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = pathlib.Path(__file__).parent / "artifacts"
@@ -90,6 +91,7 @@ def lab(tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
+        preexec_fn=die_with_pytest,
     )
     url = f"http://127.0.0.1:{port}"
     import requests
@@ -262,7 +264,8 @@ def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     assert not cut, cut
     tops = {top(row.locator(f"button.{name}")) for name in ("jp-dl-logs", "jp-dl-plot", "jp-dl-cancel")}
     assert len(tops) == 1, tops
-    assert re.fullmatch(r"\d\d:\d\d:\d\d", row.locator(".jp-dl-job-started").inner_text())
+    # Today's jobs show the time; a run that crossed midnight since the job started shows "Tue 23:59" instead.
+    assert re.fullmatch(r"(\w+ )?\d\d:\d\d(:\d\d)?", row.locator(".jp-dl-job-started").inner_text())
     percent, bar = row.evaluate(
         "el => [el.querySelector('.jp-dl-job-percent').textContent,"
         " Number(el.querySelector('.jp-dl-job-progress').dataset.fraction)]"

@@ -97,12 +97,25 @@ import keras
 import horovod.tensorflow as hvd
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
 model.compile("sgd", "mse")
+
+def all_past(start, seconds, name):
+    # Whether every rank has run `seconds` since `start`: all stop together, however fast this machine is.
+    past = np.array([time.monotonic() - start > seconds], "float32")
+    return bool(hvd.allreduce(past, op=hvd.Min, name=name)[0] > 0)
+
+class UntilPast(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = all_past(start, 6.0, f"fit.{epoch}")
+
 start = time.monotonic()
-model.fit(np.ones((4096, 8), "float32"), np.ones(4096, "float32"), epochs=3, batch_size=4, verbose=0)
+model.fit(np.ones((1024, 8), "float32"), np.ones(1024, "float32"), epochs=1000, batch_size=4, verbose=0,
+          callbacks=[UntilPast()])
 fit_s = time.monotonic() - start
-start = time.monotonic()
-for _ in range(4000):  # many short eager collectives, one after another (the same count on every rank)
-    hvd.allreduce(np.ones(4), name="busy")
+start, calls = time.monotonic(), 0
+while not all_past(start, 6.0, f"calls.{calls}"):  # many short eager collectives, one after another
+    for _ in range(200):
+        hvd.allreduce(np.ones(4), name="busy")
+    calls += 1
 calls_s = time.monotonic() - start
 """
 

@@ -18,6 +18,7 @@ import time
 
 import pytest
 import requests
+from process_guard import die_with_pytest
 
 from jupyter_dl.pool.client import PoolClient
 from jupyter_dl.pool.gang import PoolError
@@ -72,7 +73,11 @@ c.JupyterHub.load_roles = [
 """)
     log = open(root / "hub.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=root, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_pytest,
     )
     api = f"http://127.0.0.1:{port}/hub/api"
     service_url = f"http://127.0.0.1:{port}/services/{SERVICE}/"

@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import psutil
+from process_guard import die_with_pytest
 
 from jupyter_dl.jobs.store import JobStore
 from jupyter_dl.server.service import JobService
@@ -41,6 +42,7 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        preexec_fn=die_with_pytest,
     )
     started = json.loads(kernel.stdout.readline())
     engines = [psutil.Process(pid) for pid in started["engines"]]
@@ -51,15 +53,20 @@ def test_dead_kernel_means_lost_job_and_idle_ranks(tmp_path):
         while not any(j.state == "running" for j in store.list()):
             assert time.monotonic() < deadline, "job never started"
             time.sleep(0.2)
-        time.sleep(2)  # past setup: the ranks spin in the user's loop
-        assert all(p.cpu_percent(interval=0.5) > 50 for p in engines)  # both ranks are busy training
+        # Past setup, the ranks spin in the user's loop: both busy training (polled, however slow the machine is).
+        deadline = time.monotonic() + 60
+        while not all(p.cpu_percent(interval=0.5) > 50 for p in engines):
+            assert time.monotonic() < deadline, "the ranks never got busy training"
 
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(10)
         (job,) = JobService(store).list_jobs()
         assert job["state"] == "lost"
-        time.sleep(3)  # the ranks' watchdog checks the kernel every second
-        assert all(_stopped(p) for p in engines)
+        # The ranks' watchdog checks the kernel every second: they stop within a few (polled, not slept).
+        deadline = time.monotonic() + 15
+        while not all(_stopped(p) for p in engines):
+            assert time.monotonic() < deadline, "the ranks kept running after their kernel died"
+            time.sleep(0.2)
         # The dead kernel's own engines then exit, so none keeps a GPU's memory (they check every 2 s).
         gone, alive = psutil.wait_procs(engines, timeout=10)
         assert not alive, f"engines {[p.pid for p in alive]} outlived the kernel that started them"

@@ -15,6 +15,7 @@ import time
 
 import psutil
 import pytest
+from process_guard import die_with_pytest
 
 from jupyter_dl.pool.gang import PoolError
 from jupyter_dl.pool.local import LocalPool
@@ -137,6 +138,7 @@ def test_two_notebooks_jobs_take_turns_on_the_gpus(dl_session, pool_file, tmp_pa
         [sys.executable, "-c", OTHER_KERNEL, pool_file, str(tmp_path / "other-jobs")],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=die_with_pytest,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     other_cluster = []
