@@ -28,13 +28,14 @@ def _steps(samples, batch_size, epochs=1):
 
 
 def _cell(shell, code, distribute=False):
-    """Runs one notebook cell (under %%distribute -n 2 if asked); fails on an error or on a name that did not come
-    back, with what the cell showed."""
+    """Runs one notebook cell (under %%distribute -n 2 if asked); fails on an error, on a name that did not come
+    back, or on ranks that ended with different weights, with what the cell showed."""
     with capture_output() as shown:
         result = shell.run_cell((DISTRIBUTE if distribute else "") + code, store_history=False)
     text = shown.stdout + shown.stderr
     assert result.success, f"{result.error_before_exec or result.error_in_exec!r}\n{text}"
     assert "did not come back" not in text, text
+    assert "the ranks trained apart" not in text, text  # the divergence guard: both ranks ended with equal weights
     return shell.user_ns
 
 
