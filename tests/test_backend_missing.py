@@ -43,5 +43,5 @@ def test_missing_backend_names_the_setup_command_and_starts_nothing(blocked, nee
     lines = done.stdout.splitlines()
     errors = [line for line in lines if line.startswith("ERROR:")]
     assert len(errors) == 1, done.stdout + done.stderr
-    assert needle in errors[0] and "make setup" in errors[0], errors[0]
+    assert needle in errors[0] and "jupyter-dl install-horovod" in errors[0], errors[0]
     assert "CLUSTER STARTED: False" in lines

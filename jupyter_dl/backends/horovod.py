@@ -8,7 +8,7 @@ Two halves, imported lazily so neither side pays for the other:
 import contextlib
 import os
 
-SETUP_HINT = "run `make setup` (scripts/setup.sh) to build Horovod with TensorFlow and gloo"
+SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
 
 
 def check_installed():

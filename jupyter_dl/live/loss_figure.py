@@ -30,7 +30,7 @@ def layout(title: str, template: str) -> dict:
 
 
 def title_of(name: str, ranks: int) -> str:
-    return f"{name} · {ranks} ranks"
+    return f"{name} · {ranks} rank{'' if ranks == 1 else 's'}"
 
 
 def _trace(name, series, axis, mode, width, dash=None, **extra) -> dict:

@@ -65,8 +65,8 @@ def _mean(values):
 def time_split_text(split: dict) -> str:
     """'where time went: 81% compute, 19% in the gradient allreduce (rank 1 waited most: 27%)'."""
     seconds = sum(part["seconds"] for part in split.values())
-    if not seconds:
-        return ""
+    if not seconds or len(split) < 2:
+        return ""  # one rank: nothing to wait for, and its "allreduce" is a copy
     share = sum(part["allreduce_s"] for part in split.values()) / seconds
     waited_most = max(split, key=lambda rank: split[rank]["share"])
     text = (
