@@ -76,7 +76,7 @@ class Record:
 
 def is_foreign(cls) -> bool:
     """A class written outside Keras and TensorFlow: the user's, or a library's built on Keras."""
-    return not (getattr(cls, "__module__", "") or "").startswith(_KERAS_PACKAGES)
+    return (getattr(cls, "__module__", "") or "").split(".")[0] not in _KERAS_PACKAGES
 
 
 # --------------------------------------------------------------------------------------------- transport
@@ -216,7 +216,17 @@ _MISSING = object()
 
 
 def _note_call(obj, attribute, args, kwargs):
-    object.__setattr__(obj, attribute, _Call(args, kwargs))
+    object.__setattr__(obj, attribute, _Call(_snapshot(args), _snapshot(kwargs)))
+
+
+def _snapshot(value):
+    """Plain containers copied (a list the constructor or the user changes later must not change the record);
+    objects inside them (layers, arrays) kept by reference."""
+    if type(value) in (list, tuple):
+        return type(value)(_snapshot(v) for v in value)
+    if type(value) is dict:
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
 
 
 def _recording_compile(compile_fn):
@@ -293,6 +303,7 @@ def install():
             _names_by_id.get() is not None
             and "_jdl_made_with" in self.__dict__
             and python_utils.is_default(self.get_config)
+            and not _keras_rebuilds_it(self)
         ):
             blob = cloudpickle.dumps(_record_of(self))
             return {"name": self.name, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
@@ -345,6 +356,19 @@ def _patch_serialization():
 
     serialization_lib.serialize_keras_object = serialize_keras_object
     serialization_lib.deserialize_keras_object = deserialize_keras_object
+
+
+def _keras_rebuilds_it(obj) -> bool:
+    """Whether Keras' own automatic config rebuilds the object: plain constructor arguments, and a constructor
+    that accepts the `name`/`trainable`/`dtype` Keras passes back (**kwargs), and Keras' own from_config. Then the
+    file stays loadable by plain keras.saving.load_model, and a class's own from_config gets what it expects."""
+    cls = type(obj)
+    if getattr(obj, "_auto_config", None) is None:
+        return False
+    if any(is_foreign(k) and "from_config" in k.__dict__ for k in cls.__mro__):
+        return True  # its own from_config reads Keras' automatic config
+    spec = inspect.getfullargspec(cls.__init__)
+    return spec.varkw is not None
 
 
 def _from_config_replaying(original):

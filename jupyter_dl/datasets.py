@@ -13,6 +13,7 @@ Kernel and engines both import this module: it is the wire format for datasets.
 
 import hashlib
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 
@@ -44,8 +45,11 @@ class PipelineError(TypeError):
 def dumps(value) -> tuple[DatasetPayload, dict]:
     """(payload, {array name: array}) for a dataset; raises PipelineError naming a step that cannot travel."""
     import tensorflow as tf
+    from tensorflow.python.data.ops.options import ExternalStatePolicy
 
-    graph = tf.compat.v1.GraphDef.FromString(value._as_serialized_graph().numpy())
+    graph = tf.compat.v1.GraphDef.FromString(
+        value._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE).numpy()
+    )
     step = _python_step(graph)
     if step is not None:
         raise PipelineError(
@@ -53,6 +57,16 @@ def dumps(value) -> tuple[DatasetPayload, dict]:
             "build the dataset inside the %%distribute cell, or from arrays or files (from_tensor_slices, "
             "TFRecordDataset, image_dataset_from_directory)",
         )
+    try:
+        # FAIL, not the default WARN: a map that captures a tf.Variable or a random Generator would be shipped and
+        # break only at fit on the engines.
+        value._as_serialized_graph(external_state_policy=ExternalStatePolicy.FAIL)
+    except Exception as exc:
+        found = re.search(r"pipeline graph: (.*?)( \[Op:|$)", str(exc))
+        raise PipelineError(
+            f"its pipeline holds state of this process ({found.group(1) if found else _first_line(exc)})",
+            "build the dataset inside the %%distribute cell, or without variables in its map functions",
+        ) from None
     arrays, beside = {}, {}
     for node in graph.node:
         if node.op != "Const":
@@ -130,6 +144,10 @@ def _file_paths(graph, limit=3) -> list:
         if len(found) >= limit:
             break
     return found[:limit]
+
+
+def _first_line(exc) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
 def _content_hash(array) -> str:

@@ -112,14 +112,17 @@ def why_unsendable(value, exc, advice=True) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def names_by_id(names, namespace) -> dict:
-    """{id(value): name} for the namespace's objects under `names` that the receiver will have under that name
-    (plain values excluded: their identity means nothing)."""
-    return {
-        id(namespace[n]): n
-        for n in names
-        if n in namespace and not isinstance(namespace[n], (str, int, float, bool, bytes, type(None)))
-    }
+def names_by_id(names, namespace, owners=None) -> dict:
+    """{id(value): name} for the Keras objects and datasets under `names` that the receiver will have under that
+    name; the first name wins for an object under several. Not plain containers (a dict the cell changed would
+    resolve to the receiver's unchanged one), nor optimizers that travel as their model's (OptimizerOf, `owners`)."""
+    known: dict = {}
+    for n in names:
+        value = namespace.get(n)
+        if n in namespace and (keras_objects.is_keras_saveable(value) or datasets.is_dataset(value)):
+            if id(value) not in (owners or {}):
+                known.setdefault(id(value), n)
+    return known
 
 
 def dumps(name, value, namespace=None, functions_by_reference=False, known=None) -> bytes:
@@ -211,7 +214,7 @@ def pack(names, namespace, also_known=()) -> dict:
     also_known: names the notebook has already (what it shipped), which Keras objects may refer to."""
     out: dict = {}
     owners = optimizer_owners(names, namespace)
-    known = names_by_id([*also_known, *names], namespace)
+    known = names_by_id([*also_known, *names], namespace, owners)
     for name in names:
         if name not in namespace:
             continue
@@ -296,6 +299,8 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
             _bind_model_optimizer(name, value, values, problems)
         elif isinstance(value, TensorOf):
             try:
+                if value.model_name in problems:
+                    raise LookupError(value.model_name)
                 values[name] = _tensor_at(value, values, namespace)
             except Exception:
                 del values[name]

@@ -184,3 +184,71 @@ def test_an_alias_of_the_loop_s_model_does_not_lose_the_optimizer_state():
     )
     back = _travel(["net", "opt"], there, {"net": net, "opt": opt, "_": net, "same": net}, in_place={"net", "opt"})
     assert back["opt"] is opt and opt.built and int(opt.iterations.numpy()) == 1
+
+
+class SizedNet(keras.Model):
+    """A subclass without **kwargs or get_config: it travels by its construction record."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        self.hidden = [keras.layers.Dense(units) for units in sizes]
+
+    def call(self, x):
+        for layer in self.hidden:
+            x = layer(x)
+        return x
+
+
+SizedNet.__module__ = "__main__"  # as when defined in a notebook cell
+
+
+def test_a_model_compiled_with_a_notebook_optimizer_travels_with_it():
+    """The cell reads `net` and `opt` (net.compile(optimizer=opt)): the optimizer travels as the model's, and the
+    model's recorded compile does not refer to it by name (it would get the reference, not an optimizer)."""
+    opt = keras.optimizers.Adam(1e-3)
+    net = SizedNet([4, 2])
+    net.compile(optimizer=opt, loss="mse")
+    net.fit(X, np.zeros((len(X), 2), "float32"), epochs=1, verbose=0)
+    there = _travel(["net", "opt"], {"net": net, "opt": opt})
+    assert type(there["net"]) is SizedNet and there["opt"] is there["net"].optimizer
+    assert int(there["opt"].iterations.numpy()) == int(opt.iterations.numpy())
+
+
+def test_a_constructor_argument_changed_later_is_recorded_as_given():
+    """A list passed to the constructor and changed afterwards (by the user or the constructor) does not change
+    how the object is rebuilt."""
+    sizes = [4, 2]
+    net = SizedNet(sizes)
+    net(X[:2])
+    sizes[0] = 16
+    there = _travel(["net"], {"net": net})
+    assert [layer.units for layer in there["net"].hidden] == [4, 2]
+    np.testing.assert_allclose(there["net"].predict(X[:3], verbose=0), net.predict(X[:3], verbose=0), rtol=1e-6)
+
+
+def test_a_pipeline_holding_a_variable_is_refused_before_it_travels():
+    from jupyter_dl.errors import ShipError
+    from jupyter_dl.launch.work import CellWork, prepare
+
+    scale = tf.Variable(2.0)
+    ds = tf.data.Dataset.from_tensor_slices(np.arange(4.0, dtype="float32")).map(lambda v: v * scale)
+    with pytest.raises(ShipError, match="holds state of this process"):
+        prepare(CellWork("model.fit(ds)", {"ds": ds}))
+
+
+def test_callback_files_are_skipped_off_rank_0_but_buffers_are_written(tmp_path):
+    """Off rank 0 inside fit, np.save to a path is skipped; np.save into a buffer (read back by the callback)
+    still writes."""
+    import io
+
+    from jupyter_dl.runtime import file_writes
+
+    (owner, name, guarded) = next(p for p in file_writes.patches(lambda: True) if p[1] == "save" and p[0] is np)
+    guarded(str(tmp_path / "a.npy"), np.arange(3))
+    assert not (tmp_path / "a.npy").exists()
+    buffer = io.BytesIO()
+    guarded(buffer, np.arange(3))
+    assert buffer.getvalue()
+    (_, _, writing) = next(p for p in file_writes.patches(lambda: False) if p[1] == "save" and p[0] is np)
+    writing(str(tmp_path / "b.npy"), np.arange(3))
+    assert (tmp_path / "b.npy").exists()

@@ -60,7 +60,7 @@ def prepare(work) -> Shipment:
     values = {}
     reads = cellmod.shippable_reads(names, work.namespace)
     owners = payload.optimizer_owners(reads, work.namespace)
-    known = payload.names_by_id(reads, work.namespace)  # a wrapper model refers to the parts shipped beside it
+    known = payload.names_by_id(reads, work.namespace, owners)  # a wrapper model refers to the parts beside it
     for name in reads:
         value = work.namespace[name]
         fp = payload.fingerprint(value)

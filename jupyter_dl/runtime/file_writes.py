@@ -9,15 +9,15 @@ README says so. Keras' own saving (`model.save`, ModelCheckpoint) has its own gu
 
 import sys
 
-# (module, attribute path) of the writing functions guarded, where the module is loaded.
+# (module, attribute path, position of the target argument) of the writing functions guarded, where loaded.
 GUARDED = (
-    ("keras.src.utils.image_utils", "save_img"),
-    ("PIL.Image", "Image.save"),
-    ("matplotlib.figure", "Figure.savefig"),
-    ("numpy", "save"),
-    ("numpy", "savez"),
-    ("numpy", "savez_compressed"),
-    ("tensorflow._api.v2.io", "write_file"),  # tf.io.write_file, called eagerly from a callback
+    ("keras.src.utils.image_utils", "save_img", 0),
+    ("PIL.Image", "Image.save", 1),
+    ("matplotlib.figure", "Figure.savefig", 1),
+    ("numpy", "save", 0),
+    ("numpy", "savez", 0),
+    ("numpy", "savez_compressed", 0),
+    ("tensorflow._api.v2.io", "write_file", 0),  # tf.io.write_file, called eagerly from a callback
 )
 
 
@@ -25,7 +25,7 @@ def patches(skip_now) -> list:
     """(owner, name, replacement) for each guarded function that is loaded: the replacement does nothing while
     `skip_now()` is true (a rank other than 0, inside fit)."""
     found = []
-    for module_name, path in GUARDED:
+    for module_name, path, target in GUARDED:
         module = sys.modules.get(module_name)
         if module is None:
             continue
@@ -33,13 +33,15 @@ def patches(skip_now) -> list:
         owner = getattr(module, owner_path) if owner_path else module
         original = getattr(owner, name, None)
         if original is not None:
-            found.append((owner, name, _skipping(original, skip_now)))
+            found.append((owner, name, _skipping(original, skip_now, target)))
     return found
 
 
-def _skipping(original, skip_now):
+def _skipping(original, skip_now, target):
     def write(*args, **kwargs):
-        if skip_now():
+        # Into a buffer (`savefig(io.BytesIO())` for a TensorBoard image) every rank must write: it reads it back.
+        into_buffer = len(args) > target and hasattr(args[target], "write")
+        if skip_now() and not into_buffer:
             return None
         return original(*args, **kwargs)
 

@@ -56,19 +56,19 @@ def _share(rank, size, total):
     return size * len(range(rank, total, size)) / total
 
 
-def shard_dataset(ds, rank, size):
+def shard_dataset(ds, rank, size, steps_given=False):
     import tensorflow as tf
 
     cardinality = int(ds.cardinality())
     shard = ds.shard(size, rank)
     if cardinality >= 0:
         return shard.take(cardinality // size)
-    if cardinality == tf.data.INFINITE_CARDINALITY:
-        return shard  # fit needs steps_per_epoch then, which is per rank and equal
+    if cardinality == tf.data.INFINITE_CARDINALITY or steps_given:
+        return shard  # fit reads steps_per_epoch batches then, which is per rank and equal
     # Unknown length (lines of a text file, TFRecords, a filter): count it once, so that every rank takes the same
     # number of batches; one process would just read to the end, but a rank that ends early leaves the others
-    # waiting in their next allreduce.
-    cardinality = count_elements(ds)
+    # waiting in their next allreduce. The smallest count over the ranks, should a random filter make them differ.
+    cardinality = _agreed_count(count_elements(ds))
     if rank == 0:
         print(
             f"[jupyter-dl] counted the dataset's {cardinality} elements once to split it equally; "
@@ -76,6 +76,12 @@ def shard_dataset(ds, rank, size):
             flush=True,
         )
     return shard.take(cardinality // size)
+
+
+def _agreed_count(count: int) -> int:
+    from ..backends import horovod as backend
+
+    return int(backend.allreduce([count], op="min", name="jdl.dataset_count")[0])
 
 
 def count_elements(ds) -> int:
@@ -169,7 +175,7 @@ def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""
     x, y, kwargs = _split_off_validation(x, y, kwargs)
     if _is_dataset(x):
-        x = shard_dataset(x, rank, size)
+        x = shard_dataset(x, rank, size, steps_given=kwargs.get("steps_per_epoch") is not None)
     elif _is_py_dataset(x):
         x = shard_py_dataset(x, rank, size)
     elif _is_array_like(x):
