@@ -20,6 +20,7 @@ Kernel and engines both import this module (through keras_objects): it is the wi
 import base64
 import contextlib
 import contextvars
+import copy
 import functools
 import inspect
 import sys
@@ -216,16 +217,17 @@ _MISSING = object()
 
 
 def _note_call(obj, attribute, args, kwargs):
-    object.__setattr__(obj, attribute, _Call(_snapshot(args), _snapshot(kwargs)))
+    object.__setattr__(
+        obj, attribute, _Call(tuple(_snapshot(a) for a in args), {k: _snapshot(v) for k, v in kwargs.items()})
+    )
 
 
 def _snapshot(value):
-    """Plain containers copied (a list the constructor or the user changes later must not change the record);
-    objects inside them (layers, arrays) kept by reference."""
-    if type(value) in (list, tuple):
-        return type(value)(_snapshot(v) for v in value)
-    if type(value) is dict:
-        return {k: _snapshot(v) for k, v in value.items()}
+    """An argument as given: a container of plain values is copied (a list of sizes that the constructor or the
+    user changes later must not change the record); anything else is kept by reference, so that an argument the
+    receiver has by name (an ensemble's list of models, an encoder) can be referred to by it."""
+    if type(value) in (list, tuple, dict) and all(isinstance(v, _SIMPLE) for v in _flatten([value])):
+        return copy.deepcopy(value)
     return value
 
 

@@ -113,16 +113,26 @@ def why_unsendable(value, exc, advice=True) -> str:
 
 
 def names_by_id(names, namespace, owners=None) -> dict:
-    """{id(value): name} for the Keras objects and datasets under `names` that the receiver will have under that
-    name; the first name wins for an object under several. Not plain containers (a dict the cell changed would
-    resolve to the receiver's unchanged one), nor optimizers that travel as their model's (OptimizerOf, `owners`)."""
+    """{id(value): name} for the Keras objects, datasets and containers of Keras objects (an ensemble's list of
+    models) under `names` that the receiver will have under that name; the first name wins for an object under
+    several. Not plain values (a dict of settings the cell changed would resolve to the receiver's unchanged one),
+    nor optimizers that travel as their model's (OptimizerOf, `owners`)."""
     known: dict = {}
     for n in names:
         value = namespace.get(n)
-        if n in namespace and (keras_objects.is_keras_saveable(value) or datasets.is_dataset(value)):
-            if id(value) not in (owners or {}):
-                known.setdefault(id(value), n)
+        if n in namespace and _referable(value) and id(value) not in (owners or {}):
+            known.setdefault(id(value), n)
     return known
+
+
+def _referable(value) -> bool:
+    if keras_objects.is_keras_saveable(value) or datasets.is_dataset(value):
+        return True
+    if type(value) in (list, tuple):
+        return any(keras_objects.is_keras_saveable(v) for v in value)
+    if type(value) is dict:
+        return any(keras_objects.is_keras_saveable(v) for v in value.values())
+    return False
 
 
 def dumps(name, value, namespace=None, functions_by_reference=False, known=None) -> bytes:
