@@ -123,17 +123,17 @@ def _encode(value, where):
         return type(value)(_encode(v, f"{where}[{i}]") for i, v in enumerate(value))
     if isinstance(value, dict) and type(value) is dict:
         return {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if _is_keras_saveable(value):
+    if is_keras_saveable(value):
         from keras.src.saving import serialization_lib
 
         try:
             return KerasConfig(serialization_lib.serialize_keras_object(value))
         except Exception as exc:
-            raise TypeError(f"{where} ({type(value).__name__}) could not travel: {_first_line(exc)}") from None
+            raise TypeError(f"{where} ({type(value).__name__}) could not travel: {first_line(exc)}") from None
     try:
         cloudpickle.dumps(value)
     except Exception as exc:
-        raise TypeError(f"{where} ({type(value).__name__}) could not travel: {_first_line(exc)}") from None
+        raise TypeError(f"{where} ({type(value).__name__}) could not travel: {first_line(exc)}") from None
     return value
 
 
@@ -387,12 +387,13 @@ def _from_config_replaying(original):
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _is_keras_saveable(value) -> bool:
+def is_keras_saveable(value) -> bool:
     return any(c.__name__ == "KerasSaveable" and c.__module__.startswith("keras") for c in type(value).__mro__)
 
 
-def _first_line(exc) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]
+def first_line(exc, limit=200) -> str:
+    """An exception's first line, cut to `limit` characters: for one-line messages (shared by the wire modules)."""
+    return (str(exc).strip().splitlines() or [""])[0][:limit]
 
 
 def recorded_parts(obj):

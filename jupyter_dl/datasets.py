@@ -17,6 +17,8 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from .construction import first_line
+
 ARRAY_PREFIX = "_jdl_array_"
 _INLINE_BYTES = 64 * 1024  # smaller constants stay in the graph
 _PYTHON_OPS = {"PyFunc": "py_function", "PyFuncStateless": "numpy_function", "EagerPyFunc": "py_function"}
@@ -64,7 +66,7 @@ def dumps(value) -> tuple[DatasetPayload, dict]:
     except Exception as exc:
         found = re.search(r"pipeline graph: (.*?)( \[Op:|$)", str(exc))
         raise PipelineError(
-            f"its pipeline holds state of this process ({found.group(1) if found else _first_line(exc)})",
+            f"its pipeline holds state of this process ({found.group(1) if found else first_line(exc)})",
             "build the dataset inside the %%distribute cell, or without variables in its map functions",
         ) from None
     arrays, beside = {}, {}
@@ -144,10 +146,6 @@ def _file_paths(graph, limit=3) -> list:
         if len(found) >= limit:
             break
     return found[:limit]
-
-
-def _first_line(exc) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
 def _content_hash(array) -> str:

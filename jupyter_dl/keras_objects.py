@@ -46,8 +46,7 @@ class KerasPayload:
     refs: set = field(default_factory=set)
 
 
-def is_keras_saveable(value) -> bool:
-    return any(c.__name__ == "KerasSaveable" and c.__module__.startswith("keras") for c in type(value).__mro__)
+is_keras_saveable = construction.is_keras_saveable
 
 
 def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:

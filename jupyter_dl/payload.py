@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from . import datasets, in_place_update, keras_objects
+from . import construction, datasets, in_place_update, keras_objects
 
 
 @dataclass
@@ -282,7 +282,7 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
                 values[name] = datasets.loads(value, resolve)
             except Exception as exc:
                 del values[name]
-                problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
+                problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
     for name in _rebuild_order(blobs):
         keras_payload = blobs[name]
         missing = [r for r in keras_payload.refs if r in problems]
@@ -292,7 +292,7 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
         try:
             value = keras_objects.loads(keras_payload, receivers_own, resolve)
         except Exception as exc:
-            problems[name] = f"{type(exc).__name__}: {_first_line(exc)}"
+            problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
             continue
         existing = (namespace or {}).get(name) if name in in_place else None
         # Where an optimizer's variables are looked for: what came back first, then the receiving namespace.
@@ -339,10 +339,6 @@ def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):
         problems[name] = f"it is the optimizer of '{reference.model_name}', which did not come back"
     else:
         values[name] = optimizer
-
-
-def _first_line(exc) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def _rebuild_history(payload: HistoryPayload, model):
