@@ -18,7 +18,7 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import _common  # noqa: E402
@@ -65,7 +65,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=8192)
     args = parser.parse_args()
-    from jupyter_dl import api
+    from jupyter_dl.kernel import api
 
     load_before = _common.load_before()
     t_start = time.perf_counter()

@@ -49,7 +49,7 @@ def main():
     before = load_before()
     from IPython.core.interactiveshell import InteractiveShell
 
-    from jupyter_dl import api
+    from jupyter_dl.kernel import api
 
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext jupyter_dl", store_history=False)

@@ -102,7 +102,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
-    from jupyter_dl.lr_finder import lr_find
+    from jupyter_dl.kernel.lr_finder import lr_find
 
     load_before = _common.load_before()
     t_start = time.perf_counter()

@@ -146,7 +146,7 @@ def main():
     )
     load_after = [_common.print_load(load_before[0])]
 
-    from jupyter_dl.launch.runner import JobRunner
+    from jupyter_dl.kernel.job.runner import JobRunner
     from jupyter_dl.live.view import LiveView
     from jupyter_dl.runtime import publish
 

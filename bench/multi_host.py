@@ -1,4 +1,4 @@
-"""Ranks on two hosts: gloo between "hosts" made of network namespaces (tests/netns.py), against what the link
+"""Ranks on two hosts: gloo between "hosts" made of network namespaces (tests/support/netns.py), against what the link
 itself carries, and the cost of putting a job's ranks on two hosts instead of one.
 
 1. Gloo allreduce bandwidth between a rank in each namespace (bus bandwidth: with 2 ranks, each sends and receives
@@ -21,7 +21,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import _common  # noqa: E402
@@ -136,7 +136,7 @@ class Namespaces:
         netns.wait_for_engines(self.client, len(self.engines), self.engines)
 
     def session(self):
-        from jupyter_dl.api import Session
+        from jupyter_dl.kernel.api import Session
 
         session = Session()
         session.cluster.connect_file(self.cluster.cluster_file)
@@ -153,8 +153,8 @@ class Namespaces:
 
 def job_seconds(session, data, epochs):
     """Wall seconds of the small job's run on 2 ranks (warm: the second of two runs) and where its ranks ran."""
-    from jupyter_dl.launch.work import CellWork
-    from jupyter_dl.options import RunOptions
+    from jupyter_dl.kernel.job.work import CellWork
+    from jupyter_dl.kernel.options import RunOptions
 
     code = JOB.replace("EPOCHS", str(epochs))
     session.runner.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))  # engines import TF, data travels
@@ -190,8 +190,8 @@ def main():
         cluster.add_engine(0)
         cluster.add_engine(1)  # engine 0 on host a, engine 1 on host b
         session = cluster.session()
-        from jupyter_dl.launch.work import FunctionWork
-        from jupyter_dl.options import RunOptions
+        from jupyter_dl.kernel.job.work import FunctionWork
+        from jupyter_dl.kernel.options import RunOptions
 
         per_rank = session.runner.run(
             FunctionWork(allreduce_seconds, (args.mb, args.repeats), all_ranks=True), RunOptions(n=2)

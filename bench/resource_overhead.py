@@ -42,7 +42,7 @@ def main():
     args = parser.parse_args()
 
     import jupyter_dl
-    from jupyter_dl import api
+    from jupyter_dl.kernel import api
 
     t_start = time.perf_counter()
     load_before = _common.load_before()

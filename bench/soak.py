@@ -1,6 +1,6 @@
 """Soak: 100 injected failures in a row on one real 2-engine cluster; zero may hang.
 
-Cycles through tests/fault_catalog.py (rank errors, engine deaths, stalls, timeouts, cancels, interrupts,
+Cycles through tests/support/fault_catalog.py (rank errors, engine deaths, stalls, timeouts, cancels, interrupts,
 restarts). Each run must end within --hang-after seconds of starting, or it counts as a hang and the soak stops
 (a watchdog thread interrupts the kernel side). After each fault the next one needs the whole cluster again, so a
 leaked or stuck engine shows up as a failure of the following run. Prints time-to-error (from the injected failure
@@ -21,7 +21,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import _common  # noqa: E402
@@ -59,7 +59,7 @@ def main():
     args = parser.parse_args()
 
     import jupyter_dl
-    from jupyter_dl import api
+    from jupyter_dl.kernel import api
 
     load_before = _common.load_before()
     t_start = time.perf_counter()

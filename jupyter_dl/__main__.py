@@ -1,6 +1,6 @@
 """`python -m jupyter_dl doctor | install-horovod`: the same commands as the `jupyter-dl` console script."""
 
-from .cli import main
+from jupyter_dl.cli import main
 
 if __name__ == "__main__":
     main()

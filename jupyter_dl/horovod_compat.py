@@ -3,7 +3,7 @@ Keras APIs (DistributedGradientTape, broadcast_variables, horovod.keras / horovo
 DistributedOptimizer, the callbacks and load_model) work on Keras 3, as they do in a `%%distribute --manual` cell.
 See jupyter_dl/backends/horovod_keras3.py for what is patched and why."""
 
-from .backends.horovod_keras3 import Keras3Unsupported, install
+from jupyter_dl.backends.horovod_keras3 import Keras3Unsupported, install
 
 install()
 

@@ -141,7 +141,7 @@ def prepare(build, batch_sizes):
     import keras
     import numpy as np
 
-    from jupyter_dl.recommend.features import model_features
+    from jupyter_dl.wire.model_features import model_features
 
     keras.utils.set_random_seed(0)
     model, shape, classes = build()

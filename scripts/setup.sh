@@ -17,10 +17,10 @@ CACHE=${JUPYTER_DL_CACHE:-$HOME/.cache/jupyter-dl}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # chromium: the browser tests drive a real JupyterLab page with Playwright (its own browser download is blocked).
-# slurm-wlm and munge: tests/test_slurm.py runs a real single-node Slurm for the ipyparallel Slurm launcher.
-# openssh-server, openssh-client, iproute2, util-linux: tests/test_multi_host*.py run sshd and engines inside network
+# slurm-wlm and munge: tests/cluster/test_slurm.py runs a real single-node Slurm for the ipyparallel Slurm launcher.
+# openssh-server, openssh-client, iproute2, util-linux: tests/cluster/test_multi_host*.py run sshd and engines inside network
 # namespaces (ip netns, unshare). Every package a test needs is here, so a fresh machine skips nothing
-# (tests/test_zz_no_skips.py checks it at the end of the suite).
+# (tests/conftest.py fails a run with any other skip).
 apt_deps=(libhighwayhash-dev libfarmhash-dev cmake g++ chromium slurm-wlm munge openssh-server openssh-client iproute2
   util-linux)
 missing=()

@@ -17,7 +17,7 @@ import pytest
 @pytest.fixture(scope="session")
 def dl_session():
     """The process-wide jupyter-dl session with a real 2-engine local cluster, stopped at the end."""
-    from jupyter_dl import api
+    from jupyter_dl.kernel import api
 
     session = api.session()
     if session.cluster.client is None:
@@ -54,35 +54,17 @@ def shell(dl_session):
         ip.user_ns.pop(name, None)
 
 
-# The quick tier (`make test-fast`, `pytest -m fast`): modules that need no engines, server, browser or network
-# namespaces, plus, in mixed modules, the tests that use none of the cluster fixtures. Under a minute on 2 cores.
-FAST_MODULES = {
-    "test_cell_analysis",
-    "test_planner",
-    "test_sharding",
-    "test_output_relay",
-    "test_pool",
-    "test_compare",
-    "test_resources",
-    "test_renamed_config",
-    "test_metric_kinds",
-    "test_gpus",
-    "test_layout_doc",
-    "test_import_cycles",
-    "test_options",
-    "test_store",
-    "test_figures",
-    "test_keras_payload",
-    "test_skip_policy",
-}
+# The quick tier (`make test-fast`, `pytest -m fast`): each module says which of its tests need no engines, server,
+# browser or network namespaces (`pytestmark = pytest.mark.fast`, or the mark on single tests). Under a minute.
 CLUSTER_FIXTURES = {"dl_session", "shell", "digits"}
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        if module in FAST_MODULES and not CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.fast)
+    slow = [
+        item.nodeid for item in items if item.get_closest_marker("fast") and CLUSTER_FIXTURES & set(item.fixturenames)
+    ]
+    if slow:
+        raise pytest.UsageError(f"marked fast but starts engines (uses {sorted(CLUSTER_FIXTURES)}): {slow}")
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -1,4 +1,4 @@
-"""The one Horovod seam. Everything that names Horovod lives here; launcher and Keras hooks stay backend-neutral.
+"""The one Horovod seam. Everything that names Horovod lives here; the job runner and Keras hooks stay backend-neutral.
 
 Two halves, imported lazily so neither side pays for the other:
 - kernel side: a rendezvous server and the per-rank environment (what horovodrun would set for each process);
@@ -13,7 +13,7 @@ SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this Ten
 
 def check_installed():
     """Raise BackendMissing with the fix when Horovod cannot run TensorFlow jobs over gloo."""
-    from ..errors import BackendMissing
+    from jupyter_dl.errors import BackendMissing
 
     try:
         import horovod  # noqa: F401
@@ -67,7 +67,7 @@ def preload():
 
 class Rendezvous:
     """A gloo rendezvous server in the kernel for one job; ranks find each other through it. It listens on every
-    address of this host; which one the ranks use is decided afterwards (launch/route.py), once it runs."""
+    address of this host; which one the ranks use is decided afterwards (kernel/job/route.py), once it runs."""
 
     def __init__(self, hosts_by_rank, timeout_s):
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import zlib
 
-from .keras3_unsupported import Keras3Unsupported
+from jupyter_dl.backends.keras3_unsupported import Keras3Unsupported
 
 _installed = False
 
@@ -426,6 +426,6 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
 def _callback_classes():
     """Horovod's four Keras callbacks for Keras 3 (imported here, not at the top: they import Keras)."""
-    from . import horovod_keras3_callbacks as callbacks
+    from jupyter_dl.backends import horovod_keras3_callbacks as callbacks
 
     return [getattr(callbacks, name) for name in callbacks.__all__]

@@ -8,8 +8,8 @@ import sys
 import horovod.tensorflow as hvd
 import keras
 
-from .horovod import average_scalars
-from .keras3_unsupported import Keras3Unsupported
+from jupyter_dl.backends.horovod import average_scalars
+from jupyter_dl.backends.keras3_unsupported import Keras3Unsupported
 
 __all__ = [
     "BroadcastGlobalVariablesCallback",

@@ -5,7 +5,7 @@ import sys
 
 from traitlets.config import Application
 
-from .._version import __version__
+from jupyter_dl._version import __version__
 
 
 class JupyterDLApp(Application):

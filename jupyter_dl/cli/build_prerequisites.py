@@ -9,7 +9,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checks import dist_version
+from jupyter_dl.cli.checks import dist_version
 
 
 @dataclass

@@ -12,9 +12,9 @@ from pathlib import Path
 from traitlets import Float, Unicode
 from traitlets.config import Application
 
-from .._version import __version__
-from .checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
-from .stack_checks import finish_probe, stack_checks, start_probe
+from jupyter_dl._version import __version__
+from jupyter_dl.cli.checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
+from jupyter_dl.cli.stack_checks import finish_probe, stack_checks, start_probe
 
 MIN_IPP = (9, 2)
 MIN_PY = (3, 10)

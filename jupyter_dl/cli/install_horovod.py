@@ -20,9 +20,9 @@ from pathlib import Path
 from traitlets import Bool, Integer, Unicode, validate
 from traitlets.config import Application
 
-from .._version import __version__
-from .build_prerequisites import find_cuda, find_nccl, fix_commands, pip_cmd, prerequisites, tf_include
-from .checks import dist_version
+from jupyter_dl._version import __version__
+from jupyter_dl.cli.build_prerequisites import find_cuda, find_nccl, fix_commands, pip_cmd, prerequisites, tf_include
+from jupyter_dl.cli.checks import dist_version
 
 BUILD_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel")  # setup.py imports, no isolation
 RUNTIME_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
+from jupyter_dl.cli.checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
 
 MIN_TF = (2, 16)
 

@@ -22,7 +22,7 @@ import cloudpickle
 from traitlets import Bool, Float
 from traitlets.config import Configurable
 
-from .. import construction, keras_objects, payload
+from jupyter_dl.wire import construction, keras_objects, payload
 
 RESULTS = "results"
 

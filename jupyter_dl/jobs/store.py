@@ -15,8 +15,8 @@ from collections import deque
 from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from ..processes import pid_running
-from .model import Job
+from jupyter_dl.host.processes import pid_running
+from jupyter_dl.jobs.model import Job
 
 CANCEL_FILE = "cancel"
 
@@ -212,7 +212,7 @@ def _one_line(text: str, limit: int = 120) -> str:
 
 
 def untag_native(text: str) -> str:
-    from ..runtime.native_stderr import untag
+    from jupyter_dl.wire.native_tags import untag
 
     return untag(text)
 

@@ -1,11 +1,11 @@
-"""How the notebook shows a comparison of runs (the dict of jupyter_dl.comparison.compare_jobs): one plotly figure
+"""How the notebook shows a comparison of runs (the dict of jupyter_dl.jobs.comparison.compare_jobs): one plotly figure
 that overlays the runs' curves (losses above, other metrics below; one colour per run) in the live view's theme, and
 the table as HTML and as text."""
 
 import html
 
-from ..comparison import BATCH_LOSS
-from .theme import frame
+from jupyter_dl.jobs.comparison import BATCH_LOSS
+from jupyter_dl.live.theme import frame
 
 SECTION_TITLES = {
     "settings": "settings that differ",
@@ -131,7 +131,7 @@ class Comparison:
     def _ipython_display_(self):
         from IPython.display import display
 
-        from .view import static_figure_bundle
+        from jupyter_dl.live.view import static_figure_bundle
 
         # A plain plotly bundle, as the live view leaves: it shows without a widget manager (nbconvert, nbclient).
         display(static_figure_bundle(self.figure), raw=True)

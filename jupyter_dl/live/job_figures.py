@@ -5,7 +5,7 @@ Figures are plotly's own JSON-able dicts (`Figure.to_plotly_json`): the template
 them, since plotly.js knows no templates by name. Serialise the result with plotly.utils.PlotlyJSONEncoder.
 """
 
-from . import loss_figure, resources_figure
+from jupyter_dl.live import loss_figure, resources_figure
 
 EPOCH_ROWS = 50  # the table shows the last 50 epochs
 
@@ -40,7 +40,7 @@ def warm_up():
     loaded before the first tab asks, not while it waits."""
     from types import SimpleNamespace
 
-    from .state import TrainingState
+    from jupyter_dl.live.state import TrainingState
 
     state = TrainingState(budget=2, latency_window=0)
     state.consume(

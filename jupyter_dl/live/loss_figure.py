@@ -5,7 +5,7 @@ Pure data (plotly figure dicts), built in one place: the cell's live widget (vie
 these, and the jobs panel's loss tab gets the same figure over REST (live/job_figures.py), so both look alike.
 """
 
-from .theme import frame
+from jupyter_dl.live.theme import frame
 
 BATCH_LOSS = "loss (batch, smoothed)"
 RAW_LOSS = "loss (batch)"  # the recovered per-batch values, unsmoothed: hidden until the panel's "Raw steps" shows it

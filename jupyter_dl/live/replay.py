@@ -8,7 +8,7 @@ pruned and the id reused, or a test rewrote it), the state starts over from the 
 import json
 import os
 
-from .state import TrainingState
+from jupyter_dl.live.state import TrainingState
 
 
 class MetricsReplay:

@@ -28,7 +28,7 @@ HEIGHT = 240
 
 
 def resource_layout(template, width, title="resources per rank"):
-    from .theme import frame
+    from jupyter_dl.live.theme import frame
 
     return dict(
         **frame(template, title, 12, dict(l=50, r=60, t=30, b=40), width=width, height=HEIGHT),

@@ -3,7 +3,7 @@
 import time
 from collections import deque
 
-from .series import DownsampledSeries
+from jupyter_dl.live.series import DownsampledSeries
 
 # What a rank's resource sample may hold (runtime/resources.py): process CPU % (100 = one core), resident memory,
 # and where the rank has a GPU, its utilisation % and memory in use.

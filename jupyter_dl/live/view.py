@@ -1,7 +1,7 @@
 """The cell's live view: a plotly FigureWidget with the loss curves, a progress bar, and the final summary.
 
 Before the first step (a cold cluster start takes tens of seconds) the progress area says what is happening:
-the launcher calls `status(text)` at each phase. While the job runs the widget updates in place (at most every
+the job runner calls `status(text)` at each phase. While the job runs the widget updates in place (at most every
 `refresh_interval`). When it ends, the widget's output is replaced by a static plotly figure of the same size, so
 a notebook executed without a widget manager (nbclient, nbconvert) still holds the final picture, and the summary
 follows.
@@ -16,10 +16,10 @@ import json
 import math
 import time
 
-from . import loss_figure
-from .loss_figure import FIGURE_WIDTH
-from .resources_figure import ResourceFigure
-from .summary import as_html, as_text, summarize
+from jupyter_dl.live import loss_figure
+from jupyter_dl.live.loss_figure import FIGURE_WIDTH
+from jupyter_dl.live.resources_figure import ResourceFigure
+from jupyter_dl.live.summary import as_html, as_text, summarize
 
 RATE_WINDOW_S = 3  # TrainingState's live-speed window
 RATE_HELP = (
@@ -62,7 +62,7 @@ class LiveView:
     # ---------------------------------------------------------------------------------------------- start
     def status(self, text):
         """What the job is doing before its first step (starting engines, importing TensorFlow, rendezvous), in
-        the progress area, as ordinary output. The launcher calls this at each phase."""
+        the progress area, as ordinary output. The job runner calls this at each phase."""
         if not self.show_plot:
             return
         self._progress_area()
@@ -86,7 +86,7 @@ class LiveView:
             return
         import plotly.graph_objects as go
 
-        self._progress_area()  # shown already when the launcher reported a cold start
+        self._progress_area()  # shown already when the job runner reported a cold start
         layout = loss_figure.layout(loss_figure.title_of(job.name, job.n), self.template)
         self.figure = go.FigureWidget(layout=layout)
         self._box.children = [*self._box.children, self.figure]

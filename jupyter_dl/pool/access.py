@@ -2,7 +2,7 @@
 
 import time
 
-from .gang import PoolError
+from jupyter_dl.pool.gang import PoolError
 
 
 class PoolAccess:

@@ -5,7 +5,7 @@ jobs run on this host's own GPU engines, else none (CPU engines, or the embedded
 
 import contextlib
 
-from .local import LocalPool
+from jupyter_dl.pool.local import LocalPool
 
 
 class PoolChoice:
@@ -18,7 +18,7 @@ class PoolChoice:
     def active(self):
         """(pool, description), or (None, "") when jobs take no pool's GPUs."""
         if self.url:
-            from .client import PoolClient
+            from jupyter_dl.pool.client import PoolClient
 
             return PoolClient(self.url), f"service {self.url}"
         if self.use_local_pool and self.cluster.local and self.local_pool.active:
@@ -27,7 +27,7 @@ class PoolChoice:
 
     def lease(self, job, n, stderr, kind=None):
         """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool."""
-        from .lease import PoolLease
+        from jupyter_dl.pool.lease import PoolLease
 
         pool, _ = self.active()
         if pool is None or kind == "cpu":  # a plan for CPU ranks needs no GPU

@@ -4,8 +4,8 @@ import os
 
 import requests
 
-from .access import PoolAccess
-from .gang import PoolError
+from jupyter_dl.pool.access import PoolAccess
+from jupyter_dl.pool.gang import PoolError
 
 
 class PoolClient(PoolAccess):

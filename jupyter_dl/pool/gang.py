@@ -14,7 +14,7 @@ service, and in bench/pool_trace.py's simulation:
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..errors import UsageError
+from jupyter_dl.errors import UsageError
 
 
 @dataclass

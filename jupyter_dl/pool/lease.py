@@ -8,7 +8,7 @@ and the pool takes the GPUs back), and releases them when the job ends however i
 import sys
 import threading
 
-from .access import PoolAccess
+from jupyter_dl.pool.access import PoolAccess
 
 
 class PoolLease:

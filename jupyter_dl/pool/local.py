@@ -21,10 +21,10 @@ import psutil
 from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from .. import gpus
-from ..processes import pid_running
-from .access import PoolAccess
-from .gang import GangPool, PoolError
+from jupyter_dl.host import gpus
+from jupyter_dl.host.processes import pid_running
+from jupyter_dl.pool.access import PoolAccess
+from jupyter_dl.pool.gang import GangPool, PoolError
 
 
 def _process_identity(pid=None) -> str:

@@ -15,7 +15,7 @@ from tornado import ioloop, web
 from traitlets import Dict, Float, Integer, List, Unicode
 from traitlets.config import Application
 
-from .gang import GangPool, PoolError, Quota, UnknownTicket
+from jupyter_dl.pool.gang import GangPool, PoolError, Quota, UnknownTicket
 
 
 class PoolHandler(web.RequestHandler):
@@ -159,7 +159,7 @@ class PoolService(Application):
             return hosts
         import socket
 
-        from ..gpus import discover
+        from jupyter_dl.host.gpus import discover
 
         return {socket.gethostname(): discover()}
 

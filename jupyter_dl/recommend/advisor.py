@@ -13,9 +13,9 @@ import numpy as np
 from traitlets import Float
 from traitlets.config import Configurable
 
-from ..backends import horovod as backend
-from .estimator import StepTimeEstimator
-from .planner import (
+from jupyter_dl.backends import horovod as backend
+from jupyter_dl.recommend.estimator import StepTimeEstimator
+from jupyter_dl.recommend.planner import (
     DeviceKind,
     Workload,
     candidates,
@@ -24,6 +24,7 @@ from .planner import (
     spec_devices,
     spec_step_time,
 )
+from jupyter_dl.wire import remote
 
 
 @dataclass
@@ -106,7 +107,7 @@ class Advisor(Configurable):
             kinds = cluster.kinds(cluster.engine_ids())
             counts = {k: kinds.count(k) for k in sorted(set(kinds))}
         else:
-            from ..gpus import names
+            from jupyter_dl.host.gpus import names
 
             gpus = names()
             counts = {f"gpu:{n}": gpus.count(n) for n in sorted(set(gpus))} or {"cpu": cluster.default_size()}
@@ -134,8 +135,8 @@ class Advisor(Configurable):
         if self._interconnect is None:
             cluster = self.session.cluster
             if cluster.client is not None and len(cluster.engine_ids()) >= 2:
-                from ..launch.work import FunctionWork
-                from ..options import RunOptions
+                from jupyter_dl.kernel.job.work import FunctionWork
+                from jupyter_dl.kernel.options import RunOptions
 
                 # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
                 options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
@@ -180,19 +181,15 @@ class Advisor(Configurable):
 
     def probe_model(self, model, x, y, batch_size):
         """Profile a notebook model on one engine (its own copy) at 1, 2 and 4 times the batch size."""
-        from ..launch.work import FunctionWork
-        from ..options import RunOptions
+        from jupyter_dl.kernel.job.work import FunctionWork
+        from jupyter_dl.kernel.options import RunOptions
 
         largest = batch_size * 4
-        work = FunctionWork(_probe_on_engine, (model, x[:largest], y[:largest], batch_size))
+        work = FunctionWork(
+            remote.PROFILE, (model, x[:largest], y[:largest], [batch_size, batch_size * 2, batch_size * 4])
+        )
         options = RunOptions(n=1, manual=True, plot=False, name="recommend-probe")
         return self.session.runner.run(work, options).results[0]
-
-
-def _probe_on_engine(model, x, y, batch_size):
-    from jupyter_dl.runtime.probe import profile
-
-    return profile(model, x, y, [batch_size, batch_size * 2, batch_size * 4])
 
 
 def _host_memory():

@@ -21,7 +21,7 @@ import pathlib
 
 import numpy as np
 
-from .features import GROUPS, OPS_PER_STEP_GUESS
+from jupyter_dl.wire.model_features import GROUPS, OPS_PER_STEP_GUESS
 
 PROFILES = pathlib.Path(__file__).resolve().parent.parent / "data" / "profiles"
 BYTES = 4  # float32

@@ -7,7 +7,7 @@ import math
 import pathlib
 from dataclasses import dataclass, field
 
-from .estimator import allreduce_time, memory_bytes
+from jupyter_dl.recommend.estimator import allreduce_time, memory_bytes
 
 DEVICE_TABLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "devices.json"
 BATCH_MULTIPLIERS = (1, 2, 4)  # per-rank batch relative to the cell's; larger global batches get a scaled LR

@@ -8,7 +8,7 @@ and catches the cases nobody thought of.
 
 import numpy as np
 
-from ..backends import horovod as backend
+from jupyter_dl.backends import horovod as backend
 
 # Ranks whose fingerprints differ by more than this (relative) trained apart. Averaged gradients give bit-identical
 # updates on identical devices; the slack covers summation order on other hardware.
@@ -37,7 +37,7 @@ def relative_difference(a: np.ndarray, b: np.ndarray) -> float:
 def groups_to_check(namespace, updated_variables) -> dict:
     """label -> trainable variables: every Keras model the cell holds by name, and what hooked optimizers updated
     that no named model covers (a function's local model, a custom loop's variables)."""
-    from .. import payload
+    from jupyter_dl.wire import payload
 
     groups: dict = {}
     covered: set = set()

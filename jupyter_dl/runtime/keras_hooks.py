@@ -18,16 +18,12 @@ import itertools
 import math
 import sys
 
-from ..backends import horovod as backend
-from . import file_writes, lr_callbacks, stall_watch
-from .optimizer_hooks import DistributedUpdates
+from jupyter_dl.backends import horovod as backend
+from jupyter_dl.runtime import file_writes, lr_callbacks, stall_watch
+from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
+from jupyter_dl.wire.lr_scale import lr_scale_factor
 
-_SCALE_FACTORS = {"linear": lambda n: float(n), "sqrt": lambda n: math.sqrt(n), "none": lambda n: 1.0}
 _ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
-
-
-def lr_scale_factor(mode: str, size: int) -> float:
-    return _SCALE_FACTORS[mode](size)
 
 
 def _saving_functions():
@@ -147,10 +143,10 @@ class KerasHooks:
 
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
-        from .sharding import shard_fit_inputs
+        from jupyter_dl.runtime.sharding import shard_fit_inputs
 
         if self.probe:
-            from .probe import probe_fit
+            from jupyter_dl.runtime.probe import probe_fit
 
             probe_fit(model, x, y, kwargs)  # raises ProbeDone with what it measured
         if self.batch_size:
@@ -209,7 +205,7 @@ class KerasHooks:
         if checkpoint is not None:
             ours.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.stream_metrics:
-            from .metrics_callback import LiveMetrics
+            from jupyter_dl.runtime.metrics_callback import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
             ours.append(
@@ -242,8 +238,8 @@ class KerasHooks:
 
     def _balanced_inputs(self, model, x, y, kwargs):
         """(x, y, kwargs) with this rank's balanced share and batch size, or None to split evenly."""
-        from . import balance
-        from .sharding import shard_arrays
+        from jupyter_dl.runtime import balance
+        from jupyter_dl.runtime.sharding import shard_arrays
 
         batch = kwargs.get("batch_size") or 32
         if self.size == 1 or y is None or not (hasattr(x, "shape") and hasattr(y, "shape")):
@@ -280,7 +276,7 @@ class KerasHooks:
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
         if not self.checkpoint_dir:
             return None, None
-        from .checkpoints import FitCheckpoint
+        from jupyter_dl.runtime.checkpoints import FitCheckpoint
 
         index = self._fits
         self._fits += 1
@@ -296,7 +292,7 @@ class KerasHooks:
 
 def _samples_per_epoch(x, kwargs):
     """(batch size, training samples per epoch on this rank) for in-memory inputs; (None, None) otherwise."""
-    from .sharding import _is_array_like, _length
+    from jupyter_dl.runtime.sharding import _is_array_like, _length
 
     if not _is_array_like(x):
         return None, None

@@ -24,7 +24,7 @@ def suggest(lrs, smoothed):
 def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, beta=0.98, diverge=4.0, seed=0):
     """Sweep the learning rate on `model` (compiled) over batches of (x, y). Returns lrs, losses, smoothed loss and
     the suggestion. Distributed when Horovod is initialised with more than one rank."""
-    from ..backends import horovod as backend
+    from jupyter_dl.backends import horovod as backend
 
     rank, size = _rank_and_size(backend)
     optimizer = model.optimizer
@@ -35,7 +35,7 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
             "the optimizer uses a learning-rate schedule; compile it with a constant learning rate for the range test"
         )
     if size > 1:
-        from .sharding import shard_fit_inputs
+        from jupyter_dl.runtime.sharding import shard_fit_inputs
 
         # Recompiling under the Keras interception wraps the optimizer so gradients are averaged across ranks.
         model.compile(optimizer=optimizer, loss=model.loss)

@@ -7,8 +7,8 @@ import time
 
 import keras
 
-from . import stall_watch
-from .publish import FLUSH_INTERVAL, engine_publisher
+from jupyter_dl.runtime import stall_watch
+from jupyter_dl.runtime.publish import FLUSH_INTERVAL, engine_publisher
 
 
 class LiveMetrics(keras.callbacks.Callback):
@@ -27,7 +27,7 @@ class LiveMetrics(keras.callbacks.Callback):
     ):
         super().__init__()
         if rank is None:
-            from ..backends import horovod as backend
+            from jupyter_dl.backends import horovod as backend
 
             rank = backend.rank_and_size()[0]
         self.rank = rank

@@ -4,34 +4,19 @@ ipyparallel captures Python's sys.stderr only. Horovod's C++ core (its stall ins
 TensorFlow's C++ logging (`E0000 ... cuda_platform.cc:51] failed call to cuInit ...`) write to fd 2, which on an
 engine goes to a log file nobody reads. While a job runs, fd 2 is a pipe whose lines a thread forwards to
 sys.stderr, each tagged with NATIVE_TAG, so they reach the per-rank logs (tag removed) while the kernel's output
-relay keeps them out of the cell unless `--output all` asks for every rank's output (`drop_native`, `untag`).
-Kernel side imports only the helpers below: nothing here imports TensorFlow or Horovod.
+relay keeps them out of the cell unless `--output all` asks for every rank's output. The tag and the helpers that
+read it are the wire's (wire/native_tags.py), shared with the kernel.
 """
 
 import os
 import re
 import threading
 
+from jupyter_dl.wire.native_tags import NATIVE_TAG
+
 # absl-format INFO lines (`I0000 00:00:... file.cc:12] ...`) are TensorFlow start-up chatter, not news to a user.
 _INFO_LINE = re.compile(r"^I\d{4} ")
 _NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
-
-# Marks a line that native code wrote to fd 2. Control characters around a readable name: invisible in most
-# renderings if one ever leaked, and easy to find when it does.
-NATIVE_TAG = "\x1ejdl-native\x1f"
-# A tagged line runs from its tag to the end of its line (a Python write may have been cut by it mid-line), or to
-# the end of the text while it is still being written.
-_TAGGED_LINE = re.compile(re.escape(NATIVE_TAG) + r"[^\n]*(?:\n|$)")
-
-
-def drop_native(text: str) -> str:
-    """`text` without the native lines (tagged) in it; what a user's own writes put there stays, in order."""
-    return _TAGGED_LINE.sub("", text) if NATIVE_TAG in text else text
-
-
-def untag(text: str) -> str:
-    """`text` with native lines kept as plain lines (for logs, and for `--output all`)."""
-    return text.replace(NATIVE_TAG, "") if NATIVE_TAG in text else text
 
 
 class NativeStderr:

@@ -16,7 +16,7 @@ where we hook, on the classes, for the duration of one cell:
 
 import threading
 
-from ..backends import horovod as backend
+from jupyter_dl.backends import horovod as backend
 
 
 class DistributedUpdates:

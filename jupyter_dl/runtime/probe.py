@@ -78,8 +78,8 @@ class ProbeDone(Exception):
 def probe_fit(model, x, y, kwargs, multipliers=(1, 2, 4)):
     """What the recommender needs from a cell's `fit`: model features, the training set's size, epochs, batch size,
     learning rate, and step times at multiples of the cell's batch size on this engine's device."""
-    from ..recommend.features import model_features, optimizer_facts
-    from .sharding import _is_array_like, _length
+    from jupyter_dl.runtime.sharding import _is_array_like, _length
+    from jupyter_dl.wire.model_features import model_features, optimizer_facts
 
     if not _is_array_like(x) or y is None:
         raise ValueError("--recommend needs fit(x, y) with in-memory arrays, to know the data size and probe steps")

@@ -1,4 +1,4 @@
-"""Engine side: what one rank does for one job. Called through ipyparallel `apply` from the kernel's launcher.
+"""Engine side: what one rank does for one job. Called through ipyparallel `apply` from the kernel's job runner.
 
 The engine process persists across jobs; each job re-initialises Horovod, runs in a fresh namespace built from the
 values the kernel shipped, and returns a structured outcome instead of raising, so the kernel can tell the first
@@ -18,16 +18,16 @@ import threading
 import time
 import traceback
 
-from .. import keras_objects, payload
-from ..backends import horovod as backend
-from ..processes import pid_running
-from . import divergence
-from .native_stderr import NativeStderr
-from .probe import ProbeDone
-from .publish import engine_publisher
-from .resources import ResourceSampler
-from .spec import RankSpec
-from .stall_watch import StallWatch
+from jupyter_dl.backends import horovod as backend
+from jupyter_dl.host.processes import pid_running
+from jupyter_dl.runtime import divergence
+from jupyter_dl.runtime.native_stderr import NativeStderr
+from jupyter_dl.runtime.probe import ProbeDone
+from jupyter_dl.runtime.publish import engine_publisher
+from jupyter_dl.runtime.resources import ResourceSampler
+from jupyter_dl.runtime.stall_watch import StallWatch
+from jupyter_dl.wire import keras_objects, payload
+from jupyter_dl.wire.spec import RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
 _SHIPPED: dict = {}
@@ -103,8 +103,6 @@ def _is_induced(exc) -> bool:
 
 def run(spec: RankSpec) -> dict:
     """Run one rank of a job (see RankSpec) and return its outcome; never raises."""
-    if isinstance(spec, dict):  # a hand-built spec (scripts, older callers): same fields, same defaults
-        spec = RankSpec(**spec)
     timings = {}
     t0 = time.perf_counter()
     rank = spec.rank
@@ -169,11 +167,11 @@ def run(spec: RankSpec) -> dict:
 def _hooks_for(spec: RankSpec):
     """Zero-code mode's Keras hooks for this rank, or None for a --manual cell (which gets the Keras 3 shim)."""
     if spec.manual:
-        from ..backends import horovod_keras3
+        from jupyter_dl.backends import horovod_keras3
 
         horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
         return None
-    from .keras_hooks import KerasHooks
+    from jupyter_dl.runtime.keras_hooks import KerasHooks
 
     return KerasHooks(
         spec.rank,

@@ -79,7 +79,7 @@ def shard_dataset(ds, rank, size, steps_given=False):
 
 
 def _agreed_count(count: int) -> int:
-    from ..backends import horovod as backend
+    from jupyter_dl.backends import horovod as backend
 
     return int(backend.allreduce([count], op="min", name="jdl.dataset_count")[0])
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from ..backends.horovod import COLLECTIVE_OPS
+from jupyter_dl.backends.horovod import COLLECTIVE_OPS
 
 FIRST_STEP_GRACE = 5  # the first compiled step waits for peers still tracing theirs: allow it 5x the time
 
@@ -96,7 +96,7 @@ class StallWatch:
 
     def __enter__(self):
         if self.stall_s:
-            from ..backends.horovod import counting_collectives
+            from jupyter_dl.backends.horovod import counting_collectives
 
             self._counting = counting_collectives(progress)
             self._counting.__enter__()

@@ -10,8 +10,8 @@ import os
 import re
 import socket
 
-from ..gpus import stats as gpu_stats  # noqa: F401  (the REST cluster view's GPU readings)
-from ..processes import pid_running
+from jupyter_dl.host.gpus import stats as gpu_stats  # noqa: F401  (the REST cluster view's GPU readings)
+from jupyter_dl.host.processes import pid_running
 
 # Clusters a jupyter-dl kernel starts are named after the kernel's pid (cluster.py): jupyter-dl-<pid>-<n>.
 OWNER_PID = re.compile(r"^jupyter-dl-(\d+)-\d+$")

@@ -9,7 +9,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from .service import ServiceError
+from jupyter_dl.server.service import ServiceError
 
 AUTH_RESOURCE = "jupyter_dl"
 
@@ -160,7 +160,7 @@ class ClusterHandler(_Base):
     @web.authenticated
     @authorized
     async def get(self):
-        from .owners import notebooks_by_kernel_pid
+        from jupyter_dl.server.owners import notebooks_by_kernel_pid
 
         owners = await notebooks_by_kernel_pid(self.serverapp)
         return self._call(self.service.cluster, owners, viewer=self.viewer)
@@ -199,7 +199,7 @@ def _warm_up_figures():
     """plotly's imports, in the background: the first loss tab opened would otherwise wait for them."""
     import threading
 
-    from ..live.job_figures import warm_up
+    from jupyter_dl.live.job_figures import warm_up
 
     threading.Thread(target=warm_up, name="jupyter-dl-plotly-warm-up", daemon=True).start()
 

@@ -10,9 +10,9 @@ import re
 import socket
 import time
 
-from ..jobs import FINAL_STATES, STATES, Job
-from ..jobs.results import RESULTS
-from ..live.replay import ReplayCache
+from jupyter_dl.jobs import FINAL_STATES, STATES, Job
+from jupyter_dl.jobs.results import RESULTS
+from jupyter_dl.live.replay import ReplayCache
 
 THEMES = ("light", "dark", "auto")  # the panel says which JupyterLab theme it shows; figures are drawn to match
 
@@ -173,8 +173,8 @@ class JobService:
         """The loss tab's figures, epoch rows and status (live/job_figures.py), from a per-job state that reads only
         what metrics.jsonl gained since the last call. `version` is what the last reply said: when nothing changed
         since, the reply is just {"version", "unchanged": True} (a finished job's tab costs nothing to keep open)."""
-        from ..live.job_figures import job_figures
-        from ..live.theme import template_for
+        from jupyter_dl.live.job_figures import job_figures
+        from jupyter_dl.live.theme import template_for
 
         if theme not in THEMES:
             raise BadRequest(f"theme must be one of {', '.join(THEMES)}")
@@ -213,10 +213,10 @@ class JobService:
     def compare(self, ids, x="step", viewer=None, theme="auto"):
         """`comparison.compare_jobs` of the comma-separated `ids` (ids, unique id prefixes or job names), with the
         figure %dl_compare draws of it under "figure" (plotly JSON)."""
-        from ..comparison import CompareSettings, UnknownJob, compare_jobs
-        from ..errors import UsageError
-        from ..live.compare_figure import figure
-        from ..live.theme import template_for
+        from jupyter_dl.errors import UsageError
+        from jupyter_dl.jobs.comparison import CompareSettings, UnknownJob, compare_jobs
+        from jupyter_dl.live.compare_figure import figure
+        from jupyter_dl.live.theme import template_for
 
         if theme not in THEMES:
             raise BadRequest(f"theme must be one of {', '.join(THEMES)}")
@@ -237,7 +237,7 @@ class JobService:
     def cluster(self, notebooks_by_pid=None, viewer=None):
         """Running clusters with the notebook that owns each (from the server's own kernels, else from the jobs its
         kernel ran), engines per host, and the GPUs."""
-        from .cluster_info import clusters, gpu_stats
+        from jupyter_dl.server.cluster_info import clusters, gpu_stats
 
         notebooks_by_pid = notebooks_by_pid or {}
         found = []
@@ -264,7 +264,7 @@ class JobService:
 
     def cluster_file(self, cluster_id):
         """The cluster file of a running cluster, to stop it; NotFound when no such cluster runs."""
-        from .cluster_info import clusters
+        from jupyter_dl.server.cluster_info import clusters
 
         for cluster in clusters():
             if cluster["cluster_id"] == cluster_id:

@@ -1,0 +1,83 @@
+"""One job's run state, carried through its attempts in one object instead of a dozen parameters."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jupyter_dl.kernel.job.work import CellWork, FunctionWork
+from jupyter_dl.wire.spec import RankSpec
+
+if TYPE_CHECKING:  # annotations only: the live view's state imports nothing heavy, but keep this module light
+    from jupyter_dl.jobs.model import Job
+    from jupyter_dl.kernel.job.work import Shipment
+    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.kernel.secrets import Redactor
+    from jupyter_dl.live.state import TrainingState
+
+
+@dataclass
+class JobRun:
+    job: Job  # the jobs.Job the panel and the store show
+    work: CellWork | FunctionWork
+    shipment: Shipment  # what travels to the engines
+    options: RunOptions
+    state: TrainingState  # built from the streamed metrics
+    redact: Redactor  # takes secret values out of everything that leaves the engines
+    secrets: dict = field(default_factory=dict)  # --secret values, set on the ranks for this job only
+    stdout: Any = None  # where rank output is relayed (None: this process's)
+    stderr: Any = None
+    observers: tuple = ()  # started(job), update(state), finished(job, state), maybe status(text)
+    granted: list | None = None  # the GPUs the pool granted, as (host, gpu) pairs
+    attempt: int = 0  # 0 the first run, then one more per --restarts restart
+    # The last attempt's timings (time.perf_counter()) and the names it shipped, for job.timings.
+    cluster_ready_at: float = 0.0
+    shipped_at: float = 0.0
+    shipped: list = field(default_factory=list)
+
+    def tell(self, text):
+        """Say what the job is doing before its first step, to observers that show it (LiveView.status)."""
+        for observer in self.observers:
+            if hasattr(observer, "status"):
+                observer.status(text)
+
+    def timings(self, started_at, outcomes) -> dict:
+        """Where the job's time went, kernel side (from `started_at`, a perf_counter) and per rank."""
+        return {
+            "cluster_s": self.cluster_ready_at - started_at,
+            "ship_s": self.shipped_at - self.cluster_ready_at,
+            "run_s": time.perf_counter() - self.shipped_at,
+            "shipped": self.shipped,
+            "ranks": [o.get("timings") for o in outcomes],
+        }
+
+    def rank_spec(self, size, stall_s, resource_interval) -> RankSpec:
+        """What every rank of this attempt gets; each rank's copy adds its rank and rendezvous environment."""
+        options, job = self.options, self.job
+        spec = RankSpec(
+            size=size,
+            names_in=self.shipment.names_in,
+            names_out=self.shipment.names_out,
+            manual=options.manual,
+            lr_scale=options.lr_scale,
+            job_name=job.name,
+            stream_metrics=options.stream_metrics,
+            secrets=self.secrets,
+            kernel_pid=job.kernel_pid,
+            kernel_host=job.kernel_host,
+            stall_s=stall_s if options.stall_timeout is None else options.stall_timeout,
+            checkpoint_dir=options.checkpoint_dir,
+            attempt=self.attempt,
+            # Same-host ranks share one kind of device here; across hosts speeds may differ (--balance auto).
+            balance=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
+            probe=options.probe,
+            batch_size=options.batch_size,
+            lr_multiplier=options.lr_multiplier,
+            resource_interval=resource_interval,
+        )
+        if isinstance(self.work, CellWork):
+            spec.mode, spec.code = "cell", self.work.code
+        else:
+            spec.mode, spec.fn, spec.all_ranks = "fn", self.shipment.fn, self.work.all_ranks
+        return spec

@@ -1,0 +1,145 @@
+"""What the ranks' outcomes mean for the job: its final state, and the one error the notebook sees (naming the rank
+that caused a failure, not the peers that only failed because it left)."""
+
+import sys
+
+from jupyter_dl.errors import HostLost, JobCancelled, JobStalled, JobTimeout, RankError
+from jupyter_dl.kernel.job.lost_hosts import silent_hosts
+from jupyter_dl.wire import payload
+
+
+def finish(job, ending, outcomes, timeout, store, cluster):
+    """Move the job to its final state; raise the error that says why when it did not succeed."""
+    status = ending.status
+    if status == "interrupted":
+        job.transition("cancelled", error="interrupted")
+        print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
+        raise KeyboardInterrupt
+    if status == "cancelled":
+        source = store.cancel_source(job.id) if store is not None else None
+        job.transition("cancelled", error=f"cancelled from {source or 'the jobs panel or %dl_jobs cancel'}")
+        raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); all {job.n} ranks stopped")
+    if status == "timeout":
+        job.transition("failed", error="timeout")
+        where = "; ".join(f"rank {r} was in {last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
+        raise JobTimeout(
+            f"job {job.name!r} ran past --timeout {timeout:g}s and was stopped"
+            f"{' (' + where + ')' if where else ''}; raise --timeout or make the cell shorter"
+        )
+    if status == "stalled":
+        raise_if_host_lost(job, cluster)
+        job.transition("failed", error="stalled")
+        raise JobStalled(
+            f"job {job.name!r} stalled: {describe_stall(ending.stalls, outcomes)}; all {job.n} ranks "
+            f"stopped. Every rank must run the same collectives in the same order; if one rank "
+            f"legitimately works alone this long, raise --stall-timeout"
+        )
+    if status == "failed":
+        raise_if_host_lost(job, cluster)
+        raise _rank_error(job, ending, outcomes)
+    job.transition("succeeded")
+
+
+def _rank_error(job, ending, outcomes) -> RankError:
+    """The failed job's error: the root rank's, with one line on each other rank."""
+    root = root_failure(outcomes, ending.failed_order)
+    first = outcomes[root]
+    others = {r: error_line(o) for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
+    others.update({r: "finished normally" for r, o in enumerate(outcomes) if o and o["ok"]})
+    job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
+    after = f" (after {len(job.restarts)} restarts)" if job.restarts else ""
+    return RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others, job.name + after)
+
+
+def raise_if_host_lost(job, cluster):
+    """A multi-host job that failed because a whole host went silent (link down, host frozen) says so in one
+    line; the ranks' own errors (a gloo connection reset) would not name the host."""
+    if len(set(job.hosts)) < 2:
+        return
+    lost = silent_hosts(cluster.client, job.engine_ids, job.hosts)
+    if not lost:
+        return
+    host, ranks = next(iter(lost.items()))
+    job.transition("failed", error=f"host {host} lost")
+    raise HostLost(
+        f"job {job.name!r}: host {host} (rank{'s' if len(ranks) > 1 else ''} "
+        f"{', '.join(map(str, ranks))}) stopped answering during the job (its network link or the host "
+        f"is down); the other ranks were stopped. Run on the remaining hosts' engines "
+        f"(%dl_cluster status) or bring the host back"
+    )
+
+
+def redacted(outcome, redact):
+    """A rank's outcome with secret values taken out of its texts, and bound names holding a secret dropped."""
+    if outcome is None:
+        return None
+    clean = {k: redact(v) if isinstance(v, str) else v for k, v in outcome.items()}
+    values = clean.get("values")
+    if values:
+        clean["values"] = {
+            name: (
+                payload.Unsendable(name, "it holds a --secret value, which stays on the engines")
+                if isinstance(blob, bytes) and redact.leaks(blob.decode("latin-1"))
+                else blob
+            )
+            for name, blob in values.items()
+        }
+    return clean
+
+
+def root_failure(outcomes, failed_order):
+    """The rank whose failure caused the others': the first that did not only fail because a peer left."""
+    return next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
+
+
+def error_line(outcome) -> str:
+    """'Name: message', first line only, of a failed rank's outcome."""
+    return f"{outcome['ename']}: {outcome['evalue']}".strip().splitlines()[0]
+
+
+def failure_summary(ending, outcomes, redact) -> str:
+    """One line on why an attempt failed, for the restart message."""
+    if ending.status == "stalled":
+        return redact(f"the job stalled ({describe_stall(ending.stalls, outcomes)})")
+    root = root_failure(outcomes, ending.failed_order)
+    return redact(f"rank {root} failed ({error_line(outcomes[root])})")
+
+
+def describe_stall(stalls, outcomes) -> str:
+    """Which ranks waited in what, and where the others were when they were stopped."""
+    waits = [
+        f"rank {r} waited {rep['waited_s']:.0f}s in {rep['what']}" + (f" ({rep['where']})" if rep["where"] else "")
+        for r, rep in sorted(stalls.items())
+    ]
+    others = []
+    for r, outcome in enumerate(outcomes):
+        if r in stalls or outcome is None:
+            continue
+        if outcome.get("ok"):
+            others.append(f"rank {r} had finished")
+        elif outcome.get("ename") == "Killed":
+            others.append(f"rank {r} did not stop and was killed")
+        else:
+            others.append(f"rank {r} was at {cell_line(outcome) or last_frame(outcome)}")
+    if not others:
+        return "; ".join(waits) + "; every rank was waiting, in different collectives"
+    return "; ".join(waits) + ", which the others never entered (" + "; ".join(others) + ")"
+
+
+def cell_line(outcome) -> str:
+    """'cell line N: <source>' of the innermost frame in the user's cell in a rank's traceback, else ''."""
+    lines = outcome.get("traceback", "").splitlines()
+    found = ""
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if text.startswith('File "<distribute-cell') and ", line " in text:
+            number = text.split(", line ", 1)[1].split(",", 1)[0]
+            source = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].strip().startswith("File ") else ""
+            found = f"cell line {number}" + (f": {source}" if source else "")
+    return found
+
+
+def last_frame(outcome) -> str:
+    """'file:line (function)' of the innermost frame in a rank's traceback, to say where it was stopped."""
+    lines = [l.strip() for l in outcome.get("traceback", "").splitlines() if l.strip().startswith("File ")]
+    return lines[-1].removeprefix("File ") if lines else outcome.get("ename", "?")

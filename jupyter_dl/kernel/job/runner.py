@@ -1,0 +1,327 @@
+"""Kernel side: run one job on the cluster's engines and bring back its outcome.
+
+Order matters: everything that can fail on bad input (syntax, unsendable variables, bad options) is checked before
+any engine is started or touched. A failing rank leaves Horovod, which unblocks its peers; peers that are still
+stuck after a grace period (native code does not see signals) are killed and replaced, so the next cell works.
+"""
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+
+from traitlets import Bool, Float, Integer, Unicode
+from traitlets.config import Configurable
+
+from jupyter_dl.backends import horovod as backend
+from jupyter_dl.jobs import Job, JobRegistry
+from jupyter_dl.jobs.results import JobResults
+from jupyter_dl.kernel import secrets as secretsmod
+from jupyter_dl.kernel.job import outcomes as outcomesmod
+from jupyter_dl.kernel.job import placement
+from jupyter_dl.kernel.job.feed import MetricsFeed
+from jupyter_dl.kernel.job.job_run import JobRun
+from jupyter_dl.kernel.job.monitor import Monitor
+from jupyter_dl.kernel.job.route import route
+from jupyter_dl.kernel.job.work import CellWork, RunResult, prepare
+from jupyter_dl.kernel.options import RunOptions
+from jupyter_dl.kernel.output import OutputRelay
+from jupyter_dl.live.collector import MetricsCollector
+from jupyter_dl.live.state import TrainingState
+from jupyter_dl.pool.choice import PoolChoice
+from jupyter_dl.pool.local import LocalPool
+from jupyter_dl.wire import payload, remote
+
+
+class JobRunner(Configurable):
+    """Runs one job at a time on the cluster's engines. Its settings were `c.Launcher.*` before it was renamed (a
+    name users mistook for one of ipyparallel's launchers); those are still read, with a deprecation message."""
+
+    rendezvous_address = Unicode(
+        "",
+        help="Address ranks use to reach the kernel's rendezvous server. Empty: 127.0.0.1 when every engine runs "
+        "on this host, else the first of this host's addresses that every rank's host can reach (probed "
+        "before each job).",
+    ).tag(config=True)
+    network_interface = Unicode(
+        "",
+        help="Network interface gloo uses between ranks (the same name on every host). Empty: 'lo' when all "
+        "ranks are local, else on each host the interface its route to this kernel leaves through.",
+    ).tag(config=True)
+    collective_timeout = Float(
+        120.0, help="Seconds a rank waits for its peers in rendezvous and collectives (HOROVOD_GLOO_TIMEOUT_SECONDS)."
+    ).tag(config=True)
+    stall_timeout = Float(
+        120.0,
+        help="Seconds a rank may wait in one collective (or one compiled training step) before the job is "
+        "stopped as stalled and the error says where every rank was. 0 turns the check off; "
+        "%%distribute --stall-timeout overrides it per job.",
+    ).tag(config=True)
+    stop_grace = Float(
+        5.0,
+        help="Seconds the other ranks get to leave after one fails or the job is interrupted, before their "
+        "engines are killed and replaced.",
+    ).tag(config=True)
+    secrets_file = Unicode(
+        "~/.jupyter/jupyter_dl_secrets.json",
+        help="JSON file of {name: value} that --secret NAME reads when NAME is not in the kernel's environment.",
+    ).tag(config=True)
+    pool_url = Unicode(
+        "",
+        help="URL of a jupyter-dl-pool service (e.g. https://hub/services/jupyter-dl-pool/): each job first gets "
+        "its GPUs from it, all at once, and gives them back when it ends. Empty: $JUPYTER_DL_POOL_URL, and "
+        "without that, the embedded pool (see use_local_pool).",
+    ).tag(config=True)
+    use_local_pool = Bool(
+        True,
+        help="Without a pool service, jobs on this host's own engines take their GPUs from the embedded pool "
+        "that this user's kernels share (one job per GPU at a time, all of a job's GPUs at once). Off: "
+        "jobs use the engines' GPUs regardless of other notebooks. No effect on a host without GPUs.",
+    ).tag(config=True)
+    poll_interval = Float(
+        0.2,
+        help="Seconds between polls for rank output, metrics and other ranks' completion "
+        "(the first pending rank's completion is seen at once). Shorter polls cost the "
+        "ranks CPU: at 0.05 s a --manual loop ran at 0.88x horovodrun on 2 cores, at "
+        "0.2 s at 1.0x (bench/horovod_compat.py).",
+    ).tag(config=True)
+    INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
+    PEER_PATIENCE = 1.0  # seconds after a rank failed before its peers are interrupted
+    PROBE_TIMEOUT = 10.0  # seconds for ranks on other hosts to say which of this host's addresses they reach
+
+    resource_interval = Float(
+        0.25,
+        help="Seconds between a rank's samples of its CPU %, resident memory and (where "
+        "it has one) GPU utilisation and memory, streamed beside the metrics; 0 "
+        "turns sampling off (bench/resource_overhead.py measures the cost).",
+    ).tag(config=True)
+    point_budget = Integer(
+        2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
+    ).tag(config=True)
+
+    def __init__(self, cluster, registry=None, **kwargs):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.registry = registry or JobRegistry()
+        self.local_pool = LocalPool(parent=self)
+        self.results = JobResults(parent=self)
+        self._backend_checked = False
+
+    # -------------------------------------------------------------------------------------------------- run
+    def warm_up(self):
+        """Import Horovod's TensorFlow side in the background (TensorFlow takes seconds to import), so that the
+        first job after `%dl_cluster start` does not pay for it; run() checks again and reports any problem."""
+        import threading
+
+        def check_quietly():
+            try:
+                backend.check_installed()
+                self._backend_checked = True
+                import ipywidgets  # noqa: F401  (the live view's, about a second between them)
+                import plotly.graph_objects  # noqa: F401
+            except Exception:
+                pass
+
+        if not self._backend_checked:
+            threading.Thread(target=check_quietly, daemon=True, name="jdl-warm-up").start()
+
+    def run(self, work, options: RunOptions, stdout=None, stderr=None, observers=()) -> RunResult:
+        """Run the work on the cluster. Observers get started(job), update(state) while it runs, and
+        finished(job, state) at the end, whatever the outcome."""
+        options.validate()
+        if not self._backend_checked:
+            backend.check_installed()
+            self._backend_checked = True
+        shipment = prepare(work)  # raises on bad input, before any engine is touched
+        secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
+        n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
+        self.cluster.check_size(n)
+        jr = JobRun(
+            job=self._new_job(options, n),
+            work=work,
+            shipment=shipment,
+            options=options,
+            state=TrainingState(budget=self.point_budget),
+            redact=secretsmod.Redactor(secret_values),
+            secrets=secret_values,
+            stdout=stdout,
+            stderr=stderr,
+            observers=observers,
+        )
+        job = jr.job
+        t0 = time.perf_counter()
+        try:
+            with (
+                self.pools.lease(job, n, stderr, options.device_kind)
+                if options.pooled
+                else contextlib.nullcontext() as lease
+            ):
+                jr.granted = lease["devices"] if lease else None
+                outcomes, ars, ending = self._attempts(jr)
+        except BaseException as exc:
+            job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
+            raise
+        job.timings = jr.timings(t0, outcomes)
+        result = RunResult(job=job, stdout=[jr.redact(ar.stdout or "") for ar in ars], state=jr.state)
+        if jr.redact:
+            outcomes = [outcomesmod.redacted(o, jr.redact) for o in outcomes]
+        try:
+            outcomesmod.finish(job, ending, outcomes, options.timeout, self.registry.store, self.cluster)
+        finally:
+            for observer in observers:
+                observer.finished(job, jr.state)
+        self._bring_back(jr, outcomes, result)
+        return result
+
+    def _new_job(self, options, n) -> Job:
+        job = self.registry.add(
+            Job(
+                name=options.name or f"job-{len(self.registry.all()) + 1}",
+                n=n,
+                options={k: v for k, v in vars(options).items() if k != "name"},
+                **_kernel_identity(),
+            )
+        )
+        job.transition("starting")
+        return job
+
+    def _bring_back(self, jr, outcomes, result):
+        """Fill the result of a job that succeeded from its ranks' outcomes."""
+        result.probe = outcomes[0].get("probe")
+        result.diverged = outcomes[0].get("diverged")
+        if result.diverged:
+            print(f"[jupyter-dl] warning: {result.diverged}", file=jr.stderr or sys.stderr, flush=True)
+        if isinstance(jr.work, CellWork):
+            trained_in_place = set(jr.shipment.names_in) - set(jr.shipment.names_out)
+            result.values, result.problems = payload.unpack(
+                outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
+            )
+            self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
+        else:
+            picked = outcomes if jr.work.all_ranks else outcomes[:1]
+            result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
+
+    def _attempts(self, jr: JobRun):
+        """Run the job, and again after a failure while --restarts allows. Returns the last attempt's (outcomes,
+        async results, Ending); its timings are left on `jr`."""
+        job, n = jr.job, jr.job.n
+        jr.attempt = 0
+        while True:
+            cold = self.cluster.client is None
+            if cold:
+                jr.tell(f"starting the cluster: {max(n, self.cluster.default_size())} engines")
+            # After a failure this waits for the replacements of dead or killed engines; with GPUs granted, for all
+            # of them, since the granted GPUs' engines may be among the replacements.
+            self.cluster.ensure(max(n, self.cluster.expected) if jr.granted else n, progress=jr.tell if cold else None)
+            ids = self._place(n, jr.granted, jr.options.device_kind)
+            job.engine_ids = ids
+            job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+            jr.cluster_ready_at = time.perf_counter()
+            jr.shipped = placement.ship(self.cluster.client, ids, jr.shipment)
+            jr.shipped_at = time.perf_counter()
+            jr.tell(f"{n} ranks: {'importing TensorFlow and Horovod, ' if cold else ''}Horovod rendezvous")
+            outcomes, ars, ending = self._execute(jr, ids)
+            if ending.status not in ("failed", "stalled") or jr.attempt >= jr.options.restarts:
+                return outcomes, ars, ending
+            jr.attempt += 1
+            self._restarting(jr, outcomesmod.failure_summary(ending, outcomes, jr.redact))
+
+    def _execute(self, jr: JobRun, ids):
+        """One attempt: rendezvous, start every rank, watch them until they end. Returns (outcomes, ars, Ending)."""
+        client = self.cluster.client
+        rendezvous = backend.Rendezvous(jr.job.hosts, self.collective_timeout)
+        try:
+            address, interfaces = route(
+                self.cluster, ids, rendezvous.port, self.rendezvous_address, self.network_interface, self.PROBE_TIMEOUT
+            )
+        except BaseException:
+            rendezvous.stop()
+            raise
+        base = jr.rank_spec(len(ids), self.stall_timeout, self.resource_interval)
+        try:
+            environments = rendezvous.environments(address, interfaces)
+            ars = [
+                client[eid].apply_async(remote.RUN_RANK, dataclasses.replace(base, rank=r, env=environments[r]))
+                for r, eid in enumerate(ids)
+            ]
+            jr.job.transition("running")
+            if jr.attempt == 0:  # a restart goes on in the same view
+                for observer in jr.observers:
+                    observer.started(jr.job)
+            relay = OutputRelay(dict(enumerate(ars)), jr.options.output, jr.stdout, jr.stderr, jr.redact)
+            feed = MetricsFeed(
+                jr.job,
+                MetricsCollector(dict(enumerate(ars))),
+                jr.state,
+                jr.observers,
+                self.registry.store,
+                ars,
+                jr.redact,
+            )
+            monitor = Monitor(
+                self.cluster, self.stop_grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT
+            )
+            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout)
+        finally:
+            rendezvous.stop()
+        return outcomes, ars, ending
+
+    def _place(self, n, granted=None, kind=None):
+        """Choose n engines for the job's ranks (see launch.placement.place)."""
+        return placement.place(self.cluster, n, granted, kind)
+
+    @property
+    def pools(self) -> PoolChoice:
+        """Which GPU pool jobs started here take their GPUs from (pool/choice.py)."""
+        url = self.pool_url or os.environ.get("JUPYTER_DL_POOL_URL", "")
+        return PoolChoice(url, self.use_local_pool, self.cluster, self.local_pool)
+
+    def _restarting(self, jr: JobRun, reason):
+        """Record a restart where the notebook, the job store and the live plot will show it."""
+        job, attempt = jr.job, jr.attempt
+        record = {"kind": "restart", "attempt": attempt, "reason": reason, "t": time.time()}
+        job.restarts.append({k: record[k] for k in ("attempt", "reason", "t")})
+        jr.state.restarted(attempt, reason)
+        if self.registry.store is not None:
+            self.registry.store.append_metrics(job.id, [record])
+        job.changed()
+        print(
+            f"[jupyter-dl] {reason}; restart {attempt} of {jr.options.restarts}, from the last checkpoint in "
+            f"{jr.options.checkpoint_dir}",
+            file=jr.stderr or sys.stderr,
+            flush=True,
+        )
+
+    def _keep_results(self, job, work, values, environment, stderr):
+        """Save what the job produced with it (jobs.results); a failure to save never fails the cell."""
+        if self.registry.store is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            notes = self.results.save(
+                self.registry.store.job_dir(job.id),
+                values,
+                work.code,
+                job.options,
+                {**environment, "hosts": job.hosts},
+                work.namespace,
+            )
+        except Exception as exc:
+            notes = [f"results not kept ({type(exc).__name__}: {exc})"]
+        job.timings["results_s"] = time.perf_counter() - t0
+        for note in notes:
+            print(f"[jupyter-dl] job {job.name!r}: {note}", file=stderr or sys.stderr)
+
+
+def _kernel_identity():
+    """The notebook and kernel this job runs from, when it runs in a Jupyter kernel (for the jobs panel)."""
+    identity = {"notebook": os.environ.get("JPY_SESSION_NAME") or None, "kernel_id": None}
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+        identity["kernel_id"] = name.removeprefix("kernel-").removesuffix(".json")
+    except Exception:  # not in a kernel (scripts, tests)
+        pass
+    return identity

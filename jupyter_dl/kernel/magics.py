@@ -1,0 +1,320 @@
+"""Notebook magics: thin parsing over the API; every error is one line and starts nothing."""
+
+import os
+import shlex
+
+from IPython.core.error import UsageError as IPythonUsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from jupyter_dl.errors import JobCancelled, UsageError
+from jupyter_dl.jobs.comparison import X_AXES
+from jupyter_dl.kernel import api
+from jupyter_dl.kernel.job.work import CellWork
+from jupyter_dl.kernel.options import _duration, _Parser, _positive_int, parse_distribute_line
+from jupyter_dl.live import summary as summary_mod
+
+
+def _cluster_parser():
+    p = _Parser(prog="%dl_cluster", add_help=False)
+    sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    start = sub.add_parser("start", add_help=False)
+    start.add_argument("-n", type=_positive_int, default=None)
+    start.add_argument("--gpus", default="all")
+    start.add_argument(
+        "--engines",
+        default=None,
+        metavar="LAUNCHER",
+        help="local (default), or an ipyparallel launcher such as slurm, mpi, ssh",
+    )
+    connect = sub.add_parser("connect", add_help=False)
+    connect.add_argument("--profile", default=None)
+    connect.add_argument("--cluster-id", dest="cluster_id", default=None)
+    connect.add_argument("--cluster-file", dest="cluster_file", default=None)
+    sub.add_parser("status", add_help=False)
+    sub.add_parser("stop", add_help=False)
+    return p
+
+
+def _jobs_parser():
+    p = _Parser(prog="%dl_jobs", add_help=False)
+    sub = p.add_subparsers(dest="action", parser_class=_Parser)
+    listing = sub.add_parser("list", add_help=False)
+    listing.add_argument("--state", default=None)
+    cancel = sub.add_parser("cancel", add_help=False)
+    cancel.add_argument("job_id")
+    logs = sub.add_parser("logs", add_help=False)
+    logs.add_argument("job_id")
+    logs.add_argument("--rank", type=int, default=0)
+    logs.add_argument("--tail", type=int, default=None)
+    logs.add_argument("--stderr", action="store_true")
+    return p
+
+
+def format_jobs(jobs) -> str:
+    if not jobs:
+        return "no jobs yet; put %%distribute -n 2 on top of a Keras cell to start one"
+    rows = [("ID", "NAME", "STATE", "RANKS", "PROGRESS", "ELAPSED", "NOTEBOOK")]
+    for job in jobs:
+        fraction = (job.get("progress") or {}).get("fraction")
+        rows.append(
+            (
+                job["id"],
+                job["name"],
+                job["state"],
+                str(job["n"]),
+                "-" if fraction is None else f"{fraction:.0%}",
+                f"{job['elapsed']:.1f}s",
+                _shown_path(job.get("notebook")),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _shown_path(path, cwd=None) -> str:
+    """A job's notebook (stored absolute) as the reader of %dl_jobs knows it: relative to this kernel's working
+    directory (the notebook's folder) when it is under it, else with the home directory as ~, else as stored."""
+    if not path:
+        return "-"
+    cwd = cwd or os.getcwd()
+    relative = os.path.relpath(path, cwd) if os.path.isabs(path) else path
+    if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+        return relative
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~" + path[len(home) :]
+    return path
+
+
+def _cancelled_line(error, jobs, store) -> str:
+    """One line for a cancel the user asked for: which job, from where, after how long, how far it got."""
+    job = next((j for j in reversed(jobs) if j.state == "cancelled"), None)
+    if job is None:
+        return f"[jupyter-dl] {error}"
+    source = store.cancel_source(job.id) if store is not None else None
+    progress = job.progress or {}
+    reached = (
+        f" at epoch {progress['epoch']}/{progress['epochs']}"
+        if progress.get("epoch") is not None and progress.get("epochs")
+        else ""
+    )
+    where = source or "the jobs panel or %dl_jobs cancel"
+    return (
+        f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
+        f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped"
+    )
+
+
+def _duration_text(seconds) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+class CellCancelled(JobCancelled):
+    """What %%distribute raises for a cancel the user asked for: IPython shows its one line, no traceback, and the
+    cell still ends in error (so "Run all" stops there, as after an interrupt)."""
+
+    def __init__(self, line):
+        super().__init__(line)
+        self.line = line
+
+    def _render_traceback_(self):
+        return [self.line]
+
+
+def format_status(status: dict) -> str:
+    if not status.get("running"):
+        return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
+    kind = "started here" if status["owned"] else "connected"
+    gpus = f", GPUs {status['gpus']}" if status["gpus"] else ", no GPUs (CPU ranks)"
+    return (
+        f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
+        f"{status['engines']} engines on {_hosts(status) or '-'}{gpus}"
+    )
+
+
+def _hosts(status) -> str:
+    """'node1 (engines 0, 1), node2 (engines 2, 3)': which engines share a host (and so Horovod's local ranks)."""
+    by_host = status.get("engines_by_host") or {host: [] for host in status["hosts"]}
+    if len(by_host) == 1:
+        return next(iter(by_host))
+    return ", ".join(
+        f"{host} (engine{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))})" for host, ids in by_host.items()
+    )
+
+
+def _compare_parser():
+    p = _Parser(prog="%dl_compare", add_help=False)
+    p.add_argument("job_ids", nargs="*", metavar="ID")
+    p.add_argument("--x", choices=X_AXES, default="step", help="the curves' x axis")
+    return p
+
+
+def _lr_find_parser():
+    p = _Parser(prog="%lr_find", add_help=False)
+    p.add_argument("model")
+    p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
+    p.add_argument("--start-lr", dest="start_lr", type=float, default=1e-7)
+    p.add_argument("--end-lr", dest="end_lr", type=float, default=10.0)
+    p.add_argument("--steps", type=_positive_int, default=100)
+    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
+    p.add_argument("-n", type=_positive_int, default=None, help="ranks (default: the cluster's engines, if any)")
+    return p
+
+
+def _recommend_parser():
+    p = _Parser(prog="%dl_recommend", add_help=False)
+    p.add_argument("model")
+    p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
+    p.add_argument("--deadline", type=_duration, default=None, metavar="30m")
+    p.add_argument("--no-probe", dest="probe", action="store_false", help="estimate only, no engine probe")
+    return p
+
+
+def _notebook_values(shell, prog, model, data):
+    names = [model, *data.split(",")]
+    if len(names) != 3:
+        raise UsageError(f"{prog}: --data takes two names, X,Y (got {data!r})")
+    missing = [name for name in names if name not in shell.user_ns]
+    if missing:
+        raise UsageError(f"{prog}: no variable named {', '.join(map(repr, missing))} in the notebook")
+    return [shell.user_ns[name] for name in names]
+
+
+@magics_class
+class DistributeMagics(Magics):
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.session = api.session(parent=shell)
+
+    @line_magic
+    def dl_cluster(self, line):
+        """%dl_cluster start [-n N] [--gpus all|0,1] [--engines local|slurm|mpi|ssh|...]
+        | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
+        try:
+            args = _cluster_parser().parse_args(shlex.split(line))
+            cluster = self.session.cluster
+            if args.action == "start":
+                print(format_status(cluster.start(args.n, args.gpus, args.engines)))
+                self.session.runner.warm_up()
+            elif args.action == "connect" and args.cluster_file:
+                print(format_status(cluster.connect_file(args.cluster_file)))
+            elif args.action == "connect":
+                print(format_status(cluster.connect(args.profile, args.cluster_id)))
+            elif args.action == "status":
+                print(format_status(cluster.status()))
+                pool = self.session.runner.pools.status()
+                if pool:
+                    print(pool)
+            else:
+                cluster.stop()
+                print("cluster stopped")
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+
+    @line_magic
+    def dl_jobs(self, line):
+        """%dl_jobs [list [--state S]] | cancel ID | logs ID [--rank N] [--tail N] [--stderr]"""
+        from jupyter_dl.server.service import JobService, ServiceError
+
+        service = JobService(self.session.store)
+        try:
+            args = _jobs_parser().parse_args(shlex.split(line))
+            if args.action in (None, "list"):
+                print(format_jobs(service.list_jobs(getattr(args, "state", None))))
+            elif args.action == "cancel":
+                print(f"job {args.job_id}: {service.cancel(args.job_id, source='%dl_jobs cancel')['state']}")
+            else:
+                print(
+                    service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
+                    end="",
+                )
+        except (UsageError, ServiceError) as exc:
+            raise IPythonUsageError(str(exc)) from None
+
+    @line_magic
+    def dl_compare(self, line):
+        """%dl_compare ID ID [ID ...] [--x step|epoch|time] -- the runs' curves overlaid, and a table of the settings
+        that differ, final metrics, wall time, samples/s and scaling efficiency. IDs as %dl_jobs shows them."""
+        try:
+            args = _compare_parser().parse_args(shlex.split(line))
+            return api.compare(args.job_ids, x=args.x)
+        except UsageError as exc:
+            message = str(exc)  # argparse's errors name the magic already
+            raise IPythonUsageError(
+                message if message.startswith("%dl_compare") else f"%dl_compare: {message}"
+            ) from None
+
+    @line_magic
+    def lr_find(self, line):
+        """%lr_find MODEL --data X,Y [--start-lr 1e-7] [--end-lr 10] [--steps 100] [--batch-size 32] [-n N]
+        -- learning-rate range test; plots loss against learning rate and returns the suggestion."""
+        from jupyter_dl.kernel.lr_finder import lr_find
+
+        try:
+            args = _lr_find_parser().parse_args(shlex.split(line))
+            model, x, y = _notebook_values(self.shell, "%lr_find", args.model, args.data)
+            result = lr_find(
+                model,
+                x,
+                y,
+                start_lr=args.start_lr,
+                end_lr=args.end_lr,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                n=args.n,
+                show=True,
+            )
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+        return result.suggestion
+
+    @line_magic
+    def dl_recommend(self, line):
+        """%dl_recommend MODEL --data X,Y [--epochs E] [--batch-size B] [--deadline 30m] [--no-probe]
+        -- the recommended devices, per-rank batch and learning rate for training MODEL, with alternatives."""
+        try:
+            args = _recommend_parser().parse_args(shlex.split(line))
+            model, x, y = _notebook_values(self.shell, "%dl_recommend", args.model, args.data)
+            if getattr(model, "optimizer", None) is None or not model.built:
+                raise UsageError("%dl_recommend: compile and build the model first (keras.Input, or call it once)")
+            recommendation = api.recommend(
+                model, x, y, epochs=args.epochs, batch_size=args.batch_size, deadline=args.deadline, probe=args.probe
+            )
+        except (UsageError, ValueError) as exc:
+            raise IPythonUsageError(str(exc)) from None
+        return recommendation
+
+    @line_magic
+    def dl_template(self, line):
+        """%dl_template X Y [--kind tabular|image|sequence|tokens] [--task classification|regression] [--epochs E]
+        [--batch-size B] -- write a new cell below with a Keras model, compile and fit for X, Y under %%distribute."""
+        from jupyter_dl.kernel.template import dl_template_magic
+
+        try:
+            dl_template_magic(self.shell, line)
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+
+    @cell_magic
+    def distribute(self, line, cell):
+        """%%distribute [-n N|auto] [--recommend [--deadline 30m]] [--name NAME] [--timeout SEC] [--stall-timeout SEC]
+        [--restarts R --checkpoint-dir DIR] [--balance auto|on|off] [--output rank0|all]
+        [--lr-scale linear|sqrt|none] [--manual] [--no-plot] [--secret NAME]
+        -- run an unchanged Keras cell as an N-rank Horovod job."""
+        try:
+            options = parse_distribute_line(line)
+            result = self.session.run(
+                CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell), show_view=True
+            )
+        except UsageError as exc:
+            raise IPythonUsageError(str(exc)) from None
+        except JobCancelled as exc:  # asked for by the user: say what stopped, not where in our code
+            raise CellCancelled(_cancelled_line(exc, self.session.jobs.all(), self.session.store)) from None
+        api.bind_results(result, self.shell.user_ns)

@@ -1,0 +1,99 @@
+"""Training results put into the notebook's own Keras objects, when the cell trained them without rebinding them.
+
+A cell that only calls `model.fit(...)` leaves `model` bound to the same object in one process, and so do other
+references to it and to its optimizer (`opt` after `model.compile(optimizer=opt)`, a list of models). The model that
+comes back from rank 0 is a rebuilt copy; copying its state into the notebook's objects keeps those references
+right. Where the objects do not fit (another architecture, a recompiled model), the copy replaces them instead.
+"""
+
+from jupyter_dl.wire import keras_objects
+
+
+def update(existing, arrived, payload, namespace) -> bool:
+    """Copy `arrived`'s state into `existing`; False (nothing changed) when they do not fit, or when copying failed
+    (then the caller binds `arrived` instead, as before in-place updates)."""
+    try:
+        return _update(existing, arrived, payload, namespace)
+    except Exception:  # a Keras object this module did not foresee: the rebuilt copy is still right
+        return False
+
+
+def _update(existing, arrived, payload, namespace) -> bool:
+    if keras_objects.is_optimizer(existing):
+        return _update_optimizer(existing, arrived, payload, namespace)
+    if type(existing) is not type(arrived) or not keras_objects.same_shapes(existing.variables, arrived.variables):
+        return False
+    if not _same_compile(existing, arrived):
+        return False  # the cell compiled the model again: its optimizer and loss are the arrived ones
+    optimizers = {"optimizer": getattr(existing, "optimizer", None), **keras_objects.other_optimizers(existing)}
+    before = {attribute: keras_objects.optimizer_state(o) for attribute, o in optimizers.items() if o is not None}
+    if not keras_objects.restore_optimizers(existing, payload):
+        for attribute, state in before.items():  # as they were: the arrived copy is bound instead
+            if state is not None:
+                keras_objects.restore_optimizer(optimizers[attribute], state, None)
+        return False
+    for mine, theirs in zip(existing.variables, arrived.variables):
+        mine.assign(theirs)
+    return True
+
+
+def _same_compile(existing, arrived) -> bool:
+    config = getattr(existing, "get_compile_config", None)
+    if config is None:
+        return True  # a layer, not a model
+    return _without_learning_rate(config()) == _without_learning_rate(arrived.get_compile_config())
+
+
+def _without_learning_rate(config):
+    """A compile config minus the optimizer's current learning rate, which a schedule callback changes during
+    training (the optimizer state that is copied carries the rate), and minus its name: a compile replayed on the
+    other side (a GAN's `super().compile()`) makes its default optimizer again, under the next automatic name."""
+    if not isinstance(config, dict):
+        return config
+    optimizer = config.get("optimizer")
+    if isinstance(optimizer, dict) and isinstance(optimizer.get("config"), dict):
+        inner = {k: v for k, v in optimizer["config"].items() if k not in ("learning_rate", "name")}
+        if isinstance(inner.get("inner_optimizer"), dict):  # LossScaleOptimizer
+            inner["inner_optimizer"] = _without_learning_rate({"optimizer": inner["inner_optimizer"]})["optimizer"]
+        config = {**config, "optimizer": {**optimizer, "config": inner}}
+    return config
+
+
+def _update_optimizer(existing, arrived, payload, around) -> bool:
+    """A custom loop's optimizer: its state, over the receiver's copies of the variables it trains, found by path
+    in the models of `around` (dicts searched in order: what came back, then the receiving namespace)."""
+    if type(existing) is not type(arrived) or payload.optimizer_state is None:
+        return False
+    variables = None
+    if not existing.built:
+        tiers = [_variables_in(names) for names in around]
+        variables = [_first_match(tiers, path) for path in payload.optimizer_variable_paths or []]
+        if not variables or any(v is None for v in variables):
+            return False
+    return keras_objects.restore_optimizer(existing, payload.optimizer_state, variables)
+
+
+def _variables_in(names: dict) -> list:
+    """The trainable variables of the Keras objects in `names`, each once however many names refer to it."""
+    by_id = {}
+    for value in names.values():
+        if keras_objects.is_keras_saveable(value) and hasattr(value, "trainable_variables"):
+            by_id.update({id(v): v for v in value.trainable_variables})
+    return list(by_id.values())
+
+
+def _first_match(tiers, path):
+    for candidates in tiers:
+        found = _one_by_path(candidates, path)
+        if found is not None:
+            return found
+    return None
+
+
+def _one_by_path(candidates, path):
+    """The variable at `path`. A model rebuilt on the other side may name its variables without the model's own
+    prefix ('dense/kernel' for 'net/dense/kernel'), so a path matches one that ends with it, if only one does."""
+    found = [v for v in candidates if v.path == path]
+    if not found:
+        found = [v for v in candidates if v.path.endswith("/" + path) or path.endswith("/" + v.path)]
+    return found[0] if len(found) == 1 else None

@@ -1,0 +1,350 @@
+"""Keras models and layers on the wire, in both directions (kernel -> engines, rank 0 -> kernel).
+
+Keras 3 pickles a model as a .keras archive: its config names classes, and the receiving side must find them.
+Classes and functions defined in a notebook cell live in `__main__` on the sending side only, so they travel with
+the model (by value, through cloudpickle) and are in scope while it is rebuilt; where the receiver already has an
+object of that name that this transfer does not replace (a class from an earlier cell), the receiver's own is used,
+so `isinstance(model, Net)` holds in the notebook.
+
+Keras also rebuilds a subclassed model by calling its constructor with the arguments it recorded, and
+`keras.Model.__new__` records the defaults instead of the arguments given (Keras 3.x): `Net(units=4)` comes back as
+`Net(units=8)` and its weights no longer fit. `record_constructor_arguments()` makes it record what was given.
+"""
+
+import inspect
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+from jupyter_dl.wire import construction
+
+_SIMPLE = (str, int, float, bool, type(None))
+
+
+@dataclass
+class KerasPayload:
+    blob: bytes  # the object, pickled by Keras (a .keras archive)
+    custom: bytes  # {name: class or function} it needs, pickled by value
+    type_name: str = ""
+    # The optimizer's state (step count, moments): Keras' archive has it, but a model rebuilt from it compiles a
+    # fresh optimizer that is not built yet and skips loading it ("Skipping variable loading for optimizer").
+    optimizer_state: list | None = None
+    # The model's dtype policy on the sending side (e.g. mixed_float16): Keras rebuilds a model under the receiver's
+    # global policy, and compile only wraps the optimizer in a LossScaleOptimizer under a mixed one.
+    dtype_policy: str | None = None
+    # For an optimizer sent on its own (a custom loop's): the paths of the variables it was built for, so the
+    # receiver can build it over its own copies of them (see restore_optimizer).
+    optimizer_variable_paths: list | None = None
+    # Which of the model's trainable variables its optimizer was built over (a Distiller's covers the student's
+    # only), and the other optimizers it holds (a GAN's d_optimizer, g_optimizer): {attribute: (state, indices)}.
+    optimizer_indices: list | None = None
+    other_optimizers: dict = field(default_factory=dict)
+    # Names of the receiver's objects this one was built from (construction.NameRef): rebuilt after them.
+    refs: set = field(default_factory=set)
+
+
+is_keras_saveable = construction.is_keras_saveable
+
+
+def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
+    """`names_by_id`: {id(object): name} of objects the receiver has under a name; arguments the object was built
+    from that are among them travel as references (construction.NameRef)."""
+    record_constructor_arguments()
+    names_by_id = {k: v for k, v in (names_by_id or {}).items() if k != id(value)}
+    with construction.serialising(names_by_id) as referenced:
+        custom = custom_objects_of(value, namespace or {})
+        try:
+            blob = cloudpickle.dumps(value)
+        except NotImplementedError as exc:  # Keras: a class of its own it cannot rebuild
+            raise TypeError(
+                f"{type(value).__name__} cannot be rebuilt on the other side ({exc}); give the class a "
+                f"get_config() returning its constructor arguments"
+            ) from None
+    policy = getattr(getattr(value, "dtype_policy", None), "name", None)
+    if is_optimizer(value):
+        paths = [v.path for v in value._trainable_variables] if value.built else None
+        return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, optimizer_state(value), None, paths)
+    return KerasPayload(
+        blob,
+        cloudpickle.dumps(custom),
+        type(value).__name__,
+        _optimizer_state(value),
+        policy,
+        optimizer_indices=_built_over(getattr(value, "optimizer", None), value),
+        other_optimizers={
+            attribute: (optimizer_state(optimizer), _built_over(optimizer, value))
+            for attribute, optimizer in other_optimizers(value).items()
+        },
+        refs=set(referenced),
+    )
+
+
+def other_optimizers(value) -> dict:
+    """{attribute: optimizer} for the optimizers a model holds besides `model.optimizer` (a GAN's two)."""
+    main = getattr(value, "optimizer", None)
+    found = {}
+    for attribute, part in getattr(value, "__dict__", {}).items():
+        if not attribute.startswith("_") and is_optimizer(part) and part is not main:
+            found[attribute] = part
+    return found
+
+
+def _built_over(optimizer, model):
+    """Positions in model.trainable_variables of the variables `optimizer` was built for; None when unknown."""
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    optimizer = getattr(optimizer, "inner_optimizer", None) or optimizer
+    positions = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    indices = [positions.get(id(v)) for v in getattr(optimizer, "_trainable_variables", [])]
+    return None if any(i is None for i in indices) else indices
+
+
+def is_optimizer(value) -> bool:
+    return any(c.__name__ == "Optimizer" and c.__module__.startswith("keras") for c in type(value).__mro__)
+
+
+def optimizer_state(optimizer):
+    """The optimizer's variables' values (step count, learning rate, moments), or None before it is built."""
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    return [variable.numpy() for variable in optimizer.variables]
+
+
+def _optimizer_state(value):
+    return optimizer_state(getattr(value, "optimizer", None))
+
+
+def restore_optimizer(optimizer, state, variables) -> bool:
+    """Put `state` into `optimizer`, building it over `variables` (what it trains) first if needed. False when
+    the state does not fit (another optimizer, other variables): then nothing is changed."""
+    if optimizer is None or state is None:
+        return False
+    if not optimizer.built:
+        if variables is None:
+            return False
+        optimizer.build(variables)
+    own = optimizer.variables
+    if not same_shapes(own, state):
+        return False
+    for variable, saved in zip(own, state):
+        variable.assign(saved)
+    return True
+
+
+def same_shapes(mine, theirs) -> bool:
+    """Whether two lists of variables (or arrays) pair up one to one with the same shapes."""
+    return len(mine) == len(theirs) and all(tuple(a.shape) == tuple(b.shape) for a, b in zip(mine, theirs))
+
+
+def restore_optimizers(value, payload: KerasPayload) -> bool:
+    """Put every optimizer state in the payload into `value`'s optimizers, each built over the variables it was
+    built for on the sending side. False when one did not fit."""
+    fitted = True
+    plan = {"optimizer": (payload.optimizer_state, payload.optimizer_indices), **payload.other_optimizers}
+    for attribute, (state, indices) in plan.items():
+        optimizer = getattr(value, attribute, None)
+        if optimizer is None or state is None:
+            continue
+        variables = list(value.trainable_variables)
+        if indices is not None and all(i < len(variables) for i in indices):
+            variables = [variables[i] for i in indices]
+        fitted = restore_optimizer(optimizer, state, variables) and fitted
+    return fitted
+
+
+def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None):
+    """Rebuild the object; `receivers_own` maps names to objects the receiver prefers to the travelling copies
+    (classes), `resolve(name)` gives the receiver's object for an argument that travelled as a reference."""
+    import keras
+    from keras.src.saving.serialization_lib import SafeModeScope
+
+    record_constructor_arguments()
+    scope = cloudpickle.loads(payload.custom)
+    scope.update({k: v for k, v in (receivers_own or {}).items() if k in scope})
+    # Our own engines and kernel produced the archive: Lambda layers and other code in it are the user's own.
+    previous_policy = keras.config.dtype_policy()
+    if payload.dtype_policy:
+        keras.config.set_dtype_policy(payload.dtype_policy)
+    try:
+        with (
+            keras.saving.custom_object_scope(scope),
+            SafeModeScope(False),
+            construction.deserialising(resolve or construction.no_names),
+            warnings.catch_warnings(),
+        ):
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            # A custom layer without build() rebuilt inside a functional model: its sub-layers build on the call
+            # that reconnects the graph, as they did in the sender's process.
+            warnings.filterwarnings("ignore", message=".*was called on layer .* does not have a `build\\(\\)` method")
+            warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called as part of model loading")
+            value = cloudpickle.loads(payload.blob)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    restore_optimizers(value, payload)
+    return value
+
+
+def custom_objects_of(value, namespace) -> dict:
+    """The user-defined classes and functions the object's config names, found in its classes and in namespace."""
+    import keras
+
+    found = {}
+    for obj in _classes_in(value):
+        if _user_defined(obj):
+            found[obj.__name__] = obj
+            # A class decorated with register_keras_serializable is looked up by its registered name
+            # ("Custom>Net"), which the receiver's registry lacks: the decorator ran on the sending side only.
+            found[keras.saving.get_registered_name(obj)] = obj
+    for name in _names_in_config(value):
+        candidate = namespace.get(name)
+        if (
+            candidate is not None
+            and _user_defined(candidate)
+            and (isinstance(candidate, type) or isinstance(candidate, types.FunctionType))
+        ):
+            found.setdefault(name, candidate)
+    return found
+
+
+def _classes_in(value):
+    """The classes of the object, its layers, its loss and optimizers, and the arguments it was built and
+    compiled with (functions among them count as classes here: they travel the same way)."""
+    parts = [value]
+    layers = getattr(value, "_flatten_layers", None)
+    if callable(layers):
+        parts.extend(layers(include_self=False))
+    for part in list(parts):
+        parts.extend(construction.recorded_parts(part))
+    for attribute in ("loss", "optimizer"):
+        part = getattr(value, attribute, None)
+        if part is not None and not isinstance(part, (str, list, dict)):
+            parts.append(part)
+    classes = set()
+    for part in parts:
+        if isinstance(part, (type, types.FunctionType)):
+            classes.add(part)
+        elif not isinstance(part, (str, int, float, bool, type(None))):
+            classes.update(type(part).__mro__)
+    return classes
+
+
+def _names_in_config(value):
+    """Every class or function name the object's Keras config mentions (custom losses, metrics, activations...)."""
+    import keras
+
+    try:
+        config = keras.saving.serialize_keras_object(value)
+    except Exception:  # the pickling below reports what is wrong, in Keras' own words
+        return set()
+    names = set()
+    stack = [config]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("class_name", "registered_name"):
+                if isinstance(item.get(key), str):
+                    names.add(item[key].split(">")[-1])
+            if item.get("class_name") == "function" and isinstance(item.get("config"), str):
+                names.add(item["config"])
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    # Bare strings ("accuracy", "mse") name Keras' built-ins: a notebook function of that name must not shadow them.
+    return names
+
+
+def _user_defined(obj) -> bool:
+    return getattr(obj, "__module__", None) == "__main__"
+
+
+# ----------------------------------------------------------------------------------- constructor arguments
+
+
+def record_constructor_arguments():
+    """Make `keras.Model.__new__` record the constructor arguments a subclass was given, and Keras objects of
+    classes outside Keras travel by what built them (construction.install); idempotent."""
+    module = sys.modules.get("keras.src.models.model")
+    if module is not None:
+        _patch_model_class(module.Model)
+        construction.install()
+
+
+def _record(instance, cls, args, kwargs):
+    """Keras' own rule for an automatic config (simple values only), applied to the arguments actually given."""
+    from keras.src.saving.serialization_lib import SerializableDict
+
+    try:
+        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    except TypeError:
+        return  # Keras will fail the call itself
+    bound.apply_defaults()
+    spec = inspect.getfullargspec(cls.__init__)
+    arguments = dict(bound.arguments)
+    arguments.pop(spec.args[0], None)
+    if spec.varkw:
+        arguments.update(arguments.pop(spec.varkw, {}))
+    if spec.varargs and arguments.pop(spec.varargs, ()):
+        return
+    arguments.pop("name", None)
+    import keras
+
+    try:
+        simple = all(isinstance(v, _SIMPLE) for v in keras.tree.flatten(arguments))
+    except TypeError:
+        simple = False
+    # Layer.__setattr__ would try to track the dict; Keras sets it the same way, unlocked, in Operation.__new__.
+    object.__setattr__(instance, "_auto_config", SerializableDict(**arguments) if simple else None)
+
+
+class _RecordAfterKerasImport:
+    """A meta-path finder that applies record_constructor_arguments() once Keras' Model module has loaded, so models
+    built in the notebook before the first distributed cell can travel too (no Keras import at extension load)."""
+
+    TARGET = "keras.src.models.model"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            # keras.Model is the class defined here; keras' top level re-exports the same object.
+            _patch_model_class(module.Model)
+            construction.install()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _patch_model_class(model_class):
+    if getattr(model_class.__new__, "_jdl_records_arguments", False):
+        return
+    original = model_class.__new__
+
+    def __new__(cls, *args, **kwargs):
+        instance = original(cls, *args, **kwargs)
+        if isinstance(instance, cls) and cls.__init__ is not model_class.__init__ and (args or kwargs):
+            _record(instance, cls, args, kwargs)
+        return instance
+
+    __new__._jdl_records_arguments = True
+    model_class.__new__ = __new__
+
+
+def record_constructor_arguments_when_keras_loads():
+    """Kernel side, at extension load: patch now if Keras is loaded, else as soon as it is."""
+    if "keras.src.models.model" in sys.modules:
+        record_constructor_arguments()
+    elif not any(isinstance(f, _RecordAfterKerasImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RecordAfterKerasImport())

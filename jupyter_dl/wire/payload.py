@@ -1,0 +1,353 @@
+"""The wire format for values crossing between kernel and engines, shared by both sides.
+
+Values are cloudpickled one name at a time so one bad value names itself instead of failing the whole transfer.
+Keras models and layers travel through Keras 3's own pickling (a .keras archive in memory) with the cell's classes
+and functions they need (keras_objects). A History is sent without its model (which would be pickled twice) and
+re-attached on arrival.
+"""
+
+import builtins
+import hashlib
+import types
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+from jupyter_dl.wire import construction, datasets, in_place_update, keras_objects
+
+
+@dataclass
+class Unsendable:
+    """Stands in for a value that could not be serialised on the sending side."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class HistoryPayload:
+    history: dict
+    params: dict = field(default_factory=dict)
+    epoch: list = field(default_factory=list)
+    model_name: str | None = None  # the namespace name of the model it belongs to, if any
+
+
+def fingerprint(value):
+    """Content hash of a plain array, so it is re-sent only when it changes; None means 'always send'."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{value.shape}{value.dtype.str}".encode())
+        h.update(np.ascontiguousarray(value).data)
+        return h.hexdigest()
+    return None
+
+
+def is_keras_model(value) -> bool:
+    cls = type(value)
+    return any(c.__module__.startswith("keras") and c.__name__ == "Model" for c in cls.__mro__)
+
+
+def trained_in_place(value) -> bool:
+    """A model or optimizer whose state a cell changes by using it (fit, apply_gradients), without rebinding it."""
+    return is_keras_model(value) or keras_objects.is_optimizer(value)
+
+
+def is_history(value) -> bool:
+    cls = type(value)
+    return cls.__name__ == "History" and cls.__module__.startswith("keras")
+
+
+@dataclass
+class FunctionPayload:
+    """A function defined in the cell, without the globals it read on the engine: it is rebuilt over the receiving
+    namespace, so in the notebook it reads the notebook's `model`, not a copy taken when it was sent."""
+
+    blob: bytes
+    tf_function: dict | None = None  # tf.function options, when it was one
+
+
+def _is_tf_function(value) -> bool:
+    return type(value).__module__.startswith("tensorflow") and callable(getattr(value, "python_function", None))
+
+
+def _function_payload(value) -> FunctionPayload | None:
+    fn = value.python_function if _is_tf_function(value) else value
+    if not isinstance(fn, types.FunctionType) or fn.__module__ != "__main__":
+        return None
+    bare = _with_globals(fn, {"__builtins__": builtins})
+    bare.__module__ = "__main__"
+    options = {"jit_compile": getattr(value, "_jit_compile", None)} if fn is not value else None
+    return FunctionPayload(cloudpickle.dumps(bare), options)
+
+
+def _with_globals(fn, globals_: dict):
+    """The same function (code, defaults, closure, attributes) reading its globals from `globals_`."""
+    copy = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    copy.__dict__.update(fn.__dict__)
+    return copy
+
+
+def _rebuild_function(payload: FunctionPayload, namespace: dict):
+    fn = cloudpickle.loads(payload.blob)
+    rebuilt = _with_globals(fn, namespace)
+    if payload.tf_function is not None:
+        import tensorflow as tf
+
+        return tf.function(rebuilt, **payload.tf_function)
+    return rebuilt
+
+
+def why_unsendable(value, exc, advice=True) -> str:
+    """Why `value` cannot travel, in a user's words; `advice` adds what to do (the way back to the notebook: the
+    way there, ShipError says it)."""
+    if isinstance(exc, datasets.PipelineError):
+        return str(exc)
+    if datasets.is_dataset(value):
+        # The way there sends a notebook's pipeline as its graph; one built on the ranks stays there.
+        why = "a tf.data.Dataset built on the ranks stays there"
+        return why + ("; build it in the notebook (it is sent to the ranks) or in each %%distribute cell" * advice)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def names_by_id(names, namespace, owners=None) -> dict:
+    """{id(value): name} for the Keras objects, datasets and containers of Keras objects (an ensemble's list of
+    models) under `names` that the receiver will have under that name; the first name wins for an object under
+    several. Not plain values (a dict of settings the cell changed would resolve to the receiver's unchanged one),
+    nor optimizers that travel as their model's (OptimizerOf, `owners`)."""
+    known: dict = {}
+    for n in names:
+        value = namespace.get(n)
+        if n in namespace and _referable(value) and id(value) not in (owners or {}):
+            known.setdefault(id(value), n)
+    return known
+
+
+def _referable(value) -> bool:
+    if keras_objects.is_keras_saveable(value) or datasets.is_dataset(value):
+        return True
+    if type(value) in (list, tuple):
+        return any(keras_objects.is_keras_saveable(v) for v in value)
+    if type(value) is dict:
+        return any(keras_objects.is_keras_saveable(v) for v in value.values())
+    return False
+
+
+def dumps(name, value, namespace=None, functions_by_reference=False, known=None) -> bytes:
+    """Serialise one value; raises with the reason when it cannot be sent. functions_by_reference: send functions
+    defined in the cell without the globals they read (the way back to the notebook). known: {id: name} of the
+    objects the receiver has by name, which a Keras object built from them refers to instead of copying."""
+    if functions_by_reference:
+        function = _function_payload(value)
+        if function is not None:
+            return cloudpickle.dumps(function)
+    if is_history(value):
+        model_name = None
+        model = getattr(value, "model", None)
+        if model is not None and namespace:
+            model_name = next((k for k, v in namespace.items() if v is model), None)
+        value = HistoryPayload(dict(value.history), dict(value.params or {}), list(value.epoch), model_name)
+    elif keras_objects.is_keras_saveable(value):
+        value = keras_objects.dumps(value, namespace, known)
+    return cloudpickle.dumps(value)
+
+
+@dataclass
+class TensorOf:
+    """A symbolic Keras tensor the cell bound (`x = layers.Dense(8)(inputs)` while building a functional model):
+    it travels as its place in a model that travels too (layer, call, output), and comes back as that place's
+    tensor in the receiver's model."""
+
+    model_name: str
+    layer_index: int  # in the model's _flatten_layers(), the model itself first
+    node_index: int
+    output_index: int
+
+
+def is_keras_tensor(value) -> bool:
+    return type(value).__name__ == "KerasTensor" and type(value).__module__.startswith("keras")
+
+
+def _locate_tensor(tensor, names, namespace) -> TensorOf | None:
+    for name in names:
+        model = namespace.get(name)
+        if not is_keras_model(model):
+            continue
+        for i, layer in enumerate(model._flatten_layers(include_self=True)):
+            for k, node in enumerate(getattr(layer, "_inbound_nodes", [])):
+                for j, output in enumerate(node.output_tensors):
+                    if output is tensor:
+                        return TensorOf(name, i, k, j)
+    return None
+
+
+def _tensor_at(place: TensorOf, values, namespace):
+    model = values.get(place.model_name, (namespace or {}).get(place.model_name))
+    layers = list(model._flatten_layers(include_self=True))
+    return layers[place.layer_index]._inbound_nodes[place.node_index].output_tensors[place.output_index]
+
+
+@dataclass
+class OptimizerOf:
+    """An optimizer that is a model's (`model.compile(optimizer=opt)`), sent as a reference: the receiving side
+    binds it to that model's optimizer, so `model.optimizer is opt` holds there too (two copies would train apart)."""
+
+    model_name: str
+    inner: bool = False  # the optimizer a mixed-precision LossScaleOptimizer wraps, not the wrapper
+
+
+def optimizer_owners(names, namespace) -> dict:
+    """{id(optimizer): name of a model among `names` that holds it as its optimizer}."""
+    owners: dict = {}
+    for name in names:
+        optimizer = getattr(namespace.get(name), "optimizer", None) if is_keras_model(namespace.get(name)) else None
+        if optimizer is not None:
+            owners.setdefault(id(optimizer), name)
+            inner = getattr(optimizer, "inner_optimizer", None)  # mixed precision: compile wrapped the user's
+            if inner is not None:
+                owners.setdefault(id(inner), name)
+    return owners
+
+
+def dumps_sharing(name, value, namespace, owners, **kwargs) -> bytes:
+    """dumps, except that a model's optimizer travels as a reference to its model (OptimizerOf)."""
+    if keras_objects.is_optimizer(value) and id(value) in owners and owners[id(value)] != name:
+        owner = owners[id(value)]
+        return cloudpickle.dumps(OptimizerOf(owner, inner=namespace[owner].optimizer is not value))
+    return dumps(name, value, namespace, **kwargs)
+
+
+def pack(names, namespace, also_known=()) -> dict:
+    """{name: bytes | Unsendable} for the names present in namespace: what rank 0 sends back to the notebook.
+    also_known: names the notebook has already (what it shipped), which Keras objects may refer to."""
+    out: dict = {}
+    owners = optimizer_owners(names, namespace)
+    known = names_by_id([*also_known, *names], namespace, owners)
+    for name in names:
+        if name not in namespace:
+            continue
+        if is_keras_tensor(namespace[name]):
+            place = _locate_tensor(namespace[name], [*names, *also_known], namespace)
+            if place is not None:
+                out[name] = cloudpickle.dumps(place)
+                continue
+        try:
+            out[name] = dumps_sharing(
+                name, namespace[name], namespace, owners, functions_by_reference=True, known=known
+            )
+        except Exception as exc:  # any pickling failure: report it, keep the others
+            out[name] = Unsendable(name, why_unsendable(namespace[name], exc))
+    return out
+
+
+def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict | None = None) -> tuple[dict, dict]:
+    """Return (values, problems). Keras objects are rebuilt last, with the classes that came back in scope ahead of
+    the namespace's own; Histories get their model back when it travelled too. Names in `in_place` (models and
+    optimizers the cell trained without rebinding them) update the namespace's own objects where they fit, so that
+    other references to them (`opt` after `model.compile(optimizer=opt)`) see the training too. `known`: more
+    objects by name that Keras objects built from them may refer to (an engine's values from earlier shipments)."""
+    values, problems, blobs = {}, {}, {}
+    for name, blob in packed.items():
+        if isinstance(blob, Unsendable):
+            problems[name] = blob.reason
+            continue
+        try:
+            value = cloudpickle.loads(blob)
+        except Exception as exc:
+            problems[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if isinstance(value, keras_objects.KerasPayload):
+            blobs[name] = value
+        elif isinstance(value, FunctionPayload):
+            values[name] = _rebuild_function(value, namespace if namespace is not None else {})
+        else:
+            values[name] = value
+    receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
+    receivers_own.update(values)
+
+    def resolve(name):
+        """The receiver's object for a name a Keras object was built from: what came back, else its own."""
+        if name in values:
+            return values[name]
+        for names in (namespace, known):
+            if names is not None and name in names:
+                return names[name]
+        raise KeyError(f"'{name}', which it was built from, is not here")
+
+    for name, value in list(values.items()):
+        if isinstance(value, datasets.DatasetPayload):  # after the arrays that travelled beside it
+            try:
+                values[name] = datasets.loads(value, resolve)
+            except Exception as exc:
+                del values[name]
+                problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
+    for name in _rebuild_order(blobs):
+        keras_payload = blobs[name]
+        missing = [r for r in keras_payload.refs if r in problems]
+        if missing:
+            problems[name] = f"it was built from '{missing[0]}', which did not come back"
+            continue
+        try:
+            value = keras_objects.loads(keras_payload, receivers_own, resolve)
+        except Exception as exc:
+            problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
+            continue
+        existing = (namespace or {}).get(name) if name in in_place else None
+        # Where an optimizer's variables are looked for: what came back first, then the receiving namespace.
+        around = (values, namespace or {})
+        updated = existing is not None and in_place_update.update(existing, value, keras_payload, around)
+        if not updated and keras_objects.is_optimizer(value):
+            # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.
+            in_place_update.update(value, value, keras_payload, around)
+        values[name] = existing if updated else value
+    for name, value in list(values.items()):
+        if isinstance(value, HistoryPayload):
+            values[name] = _rebuild_history(value, values.get(value.model_name))
+        elif isinstance(value, OptimizerOf):
+            _bind_model_optimizer(name, value, values, problems)
+        elif isinstance(value, TensorOf):
+            try:
+                if value.model_name in problems:
+                    raise LookupError(value.model_name)
+                values[name] = _tensor_at(value, values, namespace)
+            except Exception:
+                del values[name]
+                problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
+    return values, problems
+
+
+def _rebuild_order(blobs: dict) -> list:
+    """Keras payloads in the order they can be rebuilt: an object after those it was built from (construction
+    refs), models before optimizers (an optimizer trained in place is rebuilt over its models' variables)."""
+    order: list = []
+    pending = sorted(blobs, key=lambda n: blobs[n].optimizer_variable_paths is not None)
+    while pending:
+        ready = [n for n in pending if not (blobs[n].refs & set(pending) - {n})] or pending[:1]
+        order.extend(ready)
+        pending = [n for n in pending if n not in ready]
+    return order
+
+
+def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):
+    optimizer = getattr(values.get(reference.model_name), "optimizer", None)
+    if reference.inner:
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    if optimizer is None:
+        del values[name]
+        problems[name] = f"it is the optimizer of '{reference.model_name}', which did not come back"
+    else:
+        values[name] = optimizer
+
+
+def _rebuild_history(payload: HistoryPayload, model):
+    import keras
+
+    history = keras.callbacks.History()
+    history.history = payload.history
+    history.params = payload.params
+    history.epoch = payload.epoch
+    if model is not None:
+        history.set_model(model)
+    return history

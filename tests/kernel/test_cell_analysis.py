@@ -1,0 +1,50 @@
+"""What a cell reads and binds decides what travels; pure functions, no engines needed."""
+
+import pytest
+
+from jupyter_dl.kernel.cell import analyse, shippable_reads
+
+pytestmark = pytest.mark.fast  # the quick tier: needs no engines, server or browser
+
+
+def test_reads_and_binds():
+    code = (
+        "import keras\n"
+        "from numpy import mean as m\n"
+        "model = build(width)\n"
+        "history = model.fit(x_train, y_train)\n"
+        "def helper(a):\n    local = a + offset\n    return local\n"
+        "total += 1\n"
+        "squares = [i * i for i in range(n)]\n"
+    )
+    names = analyse(code)
+    assert names.binds == ["keras", "m", "model", "history", "helper", "total", "squares"]
+    assert {"build", "width", "x_train", "y_train", "offset", "total", "n"} <= names.reads
+    assert "model" not in names.reads  # bound by the cell before it is read
+    assert "local" not in names.binds and "i" not in names.binds and "a" not in names.binds
+
+
+def test_shippable_reads_skips_builtins_and_unknown_names():
+    names = analyse("y = len(x) + missing")
+    assert shippable_reads(names, {"x": [1], "len": len, "unrelated": 3}) == ["x"]
+
+
+def test_syntax_error_is_raised_before_anything():
+    with pytest.raises(SyntaxError):
+        analyse("def broken(:\n    pass")
+
+
+def test_ipython_internals_never_travel():
+    names = analyse("a = In[1] + _ + Out[2]")
+    assert names.reads.isdisjoint({"In", "Out", "_"})
+
+
+def test_names_the_cell_binds_first_are_not_shipped():
+    names = analyse("import keras\nmodel = keras.Sequential()\nmodel.fit(x)\nif flag:\n    other = 1\nother.run()")
+    assert "model" not in names.reads and "keras" not in names.reads
+    assert {"x", "flag", "other"} <= names.reads  # `other` may still come from the notebook
+
+
+def test_a_name_read_in_its_own_binding_is_shipped():
+    assert "model" in analyse("model = wrap(model)").reads
+    assert "total" in analyse("total += 1").reads

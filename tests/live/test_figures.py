@@ -1,0 +1,130 @@
+"""One chart path: the loss figure the cell's live view draws and the one the jobs panel gets over REST are built by
+the same code from the same TrainingState; the server's replay of metrics.jsonl reads only what was appended."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from jupyter_dl.live.job_figures import job_figures
+from jupyter_dl.live.loss_figure import BATCH_LOSS, RAW_LOSS
+from jupyter_dl.live.replay import MetricsReplay, ReplayCache
+from jupyter_dl.live.state import TrainingState
+from jupyter_dl.live.view import LiveView
+
+pytestmark = pytest.mark.fast  # the quick tier: needs no engines, server or browser
+
+
+def _run(epochs=3, steps=4, restart_at=None):
+    """Records as a 1-rank job writes them; with `restart_at`, a failure there and a resume from its epoch."""
+    records = [{"kind": "begin", "rank": 0, "t": 0.0, "epochs": epochs, "steps": steps, "batch_size": 8}]
+    t = 0.0
+    for epoch in range(epochs):
+        if epoch == restart_at:
+            records += [
+                {"kind": "batch", "t": t, "epoch": epoch, "step": 1, "steps": steps, "logs": {"loss": 9.0}},
+                {"kind": "restart", "attempt": 1, "reason": "rank 0 died", "t": t},
+                {"kind": "begin", "rank": 0, "t": t, "epochs": epochs, "steps": steps, "initial_epoch": epoch},
+            ]
+        mean = 0.0
+        for k in range(1, steps + 1):
+            t += 0.1
+            loss = 2.0 / (1 + epoch * steps + k)
+            mean += (loss - mean) / k
+            records.append({"kind": "batch", "t": t, "epoch": epoch, "step": k, "steps": steps, "logs": {"loss": mean}})
+        records.append({"kind": "epoch", "rank": 0, "t": t, "epoch": epoch, "logs": {"loss": mean, "accuracy": 0.5}})
+    return records
+
+
+def test_the_cell_and_the_panel_draw_the_same_loss_figure():
+    state = TrainingState()
+    state.consume(_run(restart_at=2))
+    view = LiveView(show_plot=True)
+    job = SimpleNamespace(name="same", n=1, state="succeeded")
+    view.started(job)
+    view.update(state, force=True)
+    cell = json.loads(view.figure.to_json())
+    panel = job_figures(job, state, "plotly_white")["loss"]
+    shown = [t for t in panel["data"] if t["name"] != RAW_LOSS]
+    assert [(t["name"], list(t["x"]), list(t["y"])) for t in shown] == [
+        (t["name"], t["x"], t["y"]) for t in cell["data"]
+    ]
+    assert [s["x0"] for s in panel["layout"]["shapes"]] == [s["x0"] for s in cell["layout"]["shapes"]]
+    assert panel["layout"]["annotations"][0]["text"] == cell["layout"]["annotations"][0]["text"] == "restart 1"
+    assert panel["layout"]["title"] == cell["layout"]["title"] and panel["layout"]["width"] == cell["layout"]["width"]
+    raw = next(t for t in panel["data"] if t["name"] == RAW_LOSS)
+    assert raw["visible"] is False and len(raw["y"]) == len(next(t for t in shown if t["name"] == BATCH_LOSS)["y"])
+
+
+def test_a_restart_record_rewinds_like_the_kernel_s_restarted_call():
+    by_record = TrainingState()
+    by_record.consume(_run(restart_at=1))
+    by_call = TrainingState()
+    for record in _run(restart_at=1):
+        if record["kind"] == "restart":
+            by_call.restarted(record["attempt"], record["reason"])
+        else:
+            by_call.consume([record])
+    assert by_record.restarts == by_call.restarts == [{"attempt": 1, "reason": "rank 0 died", "step": 4, "epoch": 1}]
+    assert by_record.batch_loss.points() == by_call.batch_loss.points()
+    assert by_record.global_step == 12
+
+
+def _append(path, records, partial=""):
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records) + partial)
+
+
+def test_the_replay_reads_only_what_was_appended_and_waits_for_whole_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    records = _run(epochs=4, steps=5)
+    replay = MetricsReplay(path)
+    assert replay.refresh() is False  # no file yet: nothing
+    half = len(records) // 2
+    line = json.dumps(records[half])
+    _append(path, records[:half], partial=line[:10])  # a line still being written
+    assert replay.refresh() and replay.state.global_step == sum(r["kind"] == "batch" for r in records[:half])
+    offset = replay.offset
+    assert replay.refresh() is False and replay.offset == offset  # nothing new: nothing read
+    with open(path, "a") as f:
+        f.write(line[10:] + "\n")
+    _append(path, records[half + 1 :])
+    assert replay.refresh()
+    whole = TrainingState()
+    whole.consume(records)
+    assert replay.state.batch_loss.points() == whole.batch_loss.points()
+    assert replay.state.epoch_logs == whole.epoch_logs and replay.state.global_step == 20
+
+
+def test_the_replay_starts_over_when_the_file_shrinks_or_is_replaced(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    _append(path, _run(epochs=2))
+    replay = MetricsReplay(path)
+    replay.refresh()
+    generation = replay.generation
+    path.write_text(json.dumps(_run(epochs=1)[0]) + "\n")  # shorter: rewritten in place
+    assert replay.refresh() and replay.state.global_step == 0 and replay.generation > generation
+    other = tmp_path / "other.jsonl"
+    _append(other, _run(epochs=1))
+    other.replace(path)  # another file under the same name
+    assert replay.refresh() and replay.state.global_step == 4
+
+
+def test_the_server_keeps_replays_of_the_most_recent_jobs_only(tmp_path):
+    cache = ReplayCache(max_jobs=2)
+    first = cache.get("a", tmp_path / "a")
+    second = cache.get("b", tmp_path / "b")
+    assert cache.get("a", tmp_path / "a") is first  # used again: now the most recent
+    cache.get("c", tmp_path / "c")  # one too many: the least recently used (b) goes
+    assert cache.get("a", tmp_path / "a") is first
+    assert cache.get("b", tmp_path / "b") is not second
+
+
+@pytest.mark.parametrize("template", ["plotly_white", "plotly_dark"])
+def test_panel_figures_carry_their_template_and_the_epoch_rows(template):
+    state = TrainingState()
+    state.consume(_run(epochs=3))
+    figures = job_figures(SimpleNamespace(name="t", n=2, state="running"), state, template)
+    assert figures["loss"]["layout"]["template"]["layout"]["colorway"]  # expanded: plotly.js knows no names
+    assert [r["epoch"] for r in figures["epochs"]] == [0, 1, 2]
+    assert figures["status"] == {"state": "running", "epochs_done": 3, "epochs": 3, "steps": 12, "restarts": 0}

@@ -1,0 +1,249 @@
+"""Several "hosts" on one machine, for real: Linux network namespaces with their own hostnames, joined by veth pairs
+on a private bridge, with interface names that are not eth0 (and differ between the hosts). The kernel (the test
+process) stays in the root namespace, on the bridge's address.
+
+Shared by tests/cluster/test_multi_host*.py and bench/multi_host.py. Everything made here is removed by
+`teardown()`: every process left in the namespaces, the namespaces, their /etc/netns files, the veths, the bridge
+and the CPU cgroup.
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+BRIDGE, KERNEL_ADDRESS = "jdlbr0", "10.77.0.1"
+HOSTS = [  # namespace, hostname, interface name inside, address
+    ("jdl-ns-a", "jdl-host-a", "ens5", "10.77.0.2"),
+    ("jdl-ns-b", "jdl-host-b", "enp3s0", "10.77.0.3"),
+]
+SLOW_CGROUP = "/sys/fs/cgroup/cpu/jdl-slow-host"  # cgroup v1 cpu controller, as on this machine
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+def unavailable() -> str:
+    """Why namespaces cannot be made here, or ''."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        return "network namespaces need root and iproute2/util-linux"
+    return ""
+
+
+def make():
+    """The bridge and one namespace per host. Raises CalledProcessError where the kernel forbids namespaces."""
+    teardown()  # what a killed earlier run left
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", f"{KERNEL_ADDRESS}/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    for index, (namespace, _, interface, address) in enumerate(HOSTS):
+        outside = f"jdl-veth{index}"
+        sh("ip", "netns", "add", namespace)
+        sh("ip", "link", "add", outside, "type", "veth", "peer", "name", f"jdl-tmp{index}")
+        sh("ip", "link", "set", f"jdl-tmp{index}", "netns", namespace)
+        sh("ip", "netns", "exec", namespace, "ip", "link", "set", f"jdl-tmp{index}", "name", interface)
+        sh("ip", "link", "set", outside, "master", BRIDGE)
+        sh("ip", "link", "set", outside, "up")
+        sh("ip", "netns", "exec", namespace, "ip", "addr", "add", f"{address}/24", "dev", interface)
+        sh("ip", "netns", "exec", namespace, "ip", "link", "set", interface, "up")
+        sh("ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up")
+        # Hosts resolve each other's names, as on a real network (`ip netns exec` mounts this over /etc/hosts);
+        # gloo crashes where a host cannot resolve its own name.
+        os.makedirs(f"/etc/netns/{namespace}", exist_ok=True)
+        with open(f"/etc/netns/{namespace}/hosts", "w") as hosts:
+            hosts.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for _, h, _, a in HOSTS))
+
+
+def teardown():
+    """Remove everything make() and the helpers below made; safe to call at any point, and twice."""
+    for namespace, *_ in HOSTS:
+        kill_processes_in(namespace)
+        sh("ip", "netns", "del", namespace, check=False)
+        shutil.rmtree(f"/etc/netns/{namespace}", ignore_errors=True)
+    for index in range(len(HOSTS)):
+        sh("ip", "link", "del", f"jdl-veth{index}", check=False)
+    sh("ip", "link", "del", BRIDGE, check=False)
+    remove_cgroup()
+
+
+@contextlib.contextmanager
+def hosts():
+    """make() ... teardown(), or pytest.skip where the kernel forbids namespaces."""
+    import pytest
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    try:
+        make()
+    except subprocess.CalledProcessError as exc:
+        teardown()
+        pytest.skip(f"this kernel forbids creating network namespaces here: {exc.stderr.strip()}")
+    try:
+        yield HOSTS
+    finally:
+        teardown()
+
+
+def kill_processes_in(namespace):
+    """SIGKILL every process in the namespace (engines, sshd and what it started): only ours live there."""
+    found = sh("ip", "netns", "pids", namespace, check=False).stdout.split()
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    end = time.monotonic() + 10
+    while found and time.monotonic() < end and sh("ip", "netns", "pids", namespace, check=False).stdout.split():
+        time.sleep(0.05)
+
+
+def in_host(namespace, hostname, argv):
+    """argv run as on that host: in its network namespace, under its own hostname (a UTS namespace of its own)."""
+    return [
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        f'hostname {hostname} && exec "$@"',
+        "sh",
+        *argv,
+    ]
+
+
+def start_engines(namespace, hostname, engine_file, count, logs):
+    """`count` ipyparallel engines on that host, registering with the controller in `engine_file`."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return [
+        subprocess.Popen(
+            in_host(
+                namespace,
+                hostname,
+                [sys.executable, "-m", "ipyparallel.engine", f"--file={engine_file}", "--log-level=40"],
+            ),
+            env=env,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(count)
+    ]
+
+
+def wait_for_engines(client, count, processes, timeout=120):
+    deadline = time.monotonic() + timeout
+    while len(client.ids) < count:
+        assert time.monotonic() < deadline, f"only {len(client.ids)} of {count} engines in the namespaces registered"
+        assert all(p.poll() is None for p in processes), "an engine in a namespace exited"
+        time.sleep(0.2)
+
+
+def set_link(index, up):
+    """Connect (or cut) host `index` from the bridge: its veth's outer end goes up or down."""
+    sh("ip", "link", "set", f"jdl-veth{index}", "up" if up else "down")
+
+
+# ------------------------------------------------------------------------------------------------ a slow host
+def slow_down(namespace, cpu_share):
+    """Every process on that host gets at most `cpu_share` of one CPU between them (a CFS quota): a host as many
+    times slower as the share is small, whatever else the machine runs."""
+    os.makedirs(SLOW_CGROUP, exist_ok=True)
+    period = 10_000  # short periods: the quota throttles every step alike, not one in ten
+    with open(os.path.join(SLOW_CGROUP, "cpu.cfs_period_us"), "w") as f:
+        f.write(str(period))
+    with open(os.path.join(SLOW_CGROUP, "cpu.cfs_quota_us"), "w") as f:
+        f.write(str(int(period * cpu_share)))
+    for pid in sh("ip", "netns", "pids", namespace).stdout.split():
+        with contextlib.suppress(OSError), open(os.path.join(SLOW_CGROUP, "cgroup.procs"), "w") as f:
+            f.write(pid)
+
+
+def remove_cgroup():
+    """Move what is still in the slow cgroup back to the root one, then remove it."""
+    if not os.path.isdir(SLOW_CGROUP):
+        return
+    with open(os.path.join(SLOW_CGROUP, "cgroup.procs")) as f:
+        left = f.read().split()
+    for pid in left:
+        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(SLOW_CGROUP), "cgroup.procs"), "w") as f:
+            f.write(pid)
+    with contextlib.suppress(OSError):
+        os.rmdir(SLOW_CGROUP)
+
+
+# ------------------------------------------------------------------------------------------------------ sshd
+SSHD_CONFIG = """ListenAddress {address}
+Port 22
+HostKey {workdir}/host_key
+AuthorizedKeysFile {workdir}/client_key.pub
+PidFile {workdir}/sshd-{hostname}.pid
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+"""
+
+
+def ssh_keys(workdir):
+    """A host key for the sshds and a client key the test logs in with (both made here, in workdir)."""
+    for name in ("host_key", "client_key"):
+        sh(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"jupyter-dl-test-{name}",
+            "-f",
+            os.path.join(workdir, name),
+        )
+    return os.path.join(workdir, "client_key")
+
+
+def ssh_options(client_key):
+    """ssh/scp arguments that log in with the test's key, without touching the user's known_hosts."""
+    return [
+        "-i",
+        client_key,
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ConnectTimeout=5",
+    ]
+
+
+def start_sshd(namespace, hostname, address, workdir, logs):
+    """Debian's sshd on that host (its namespace and hostname), in the foreground so the test owns its pid."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    config = os.path.join(workdir, f"sshd-{hostname}.conf")
+    with open(config, "w") as f:
+        f.write(SSHD_CONFIG.format(address=address, workdir=workdir, hostname=hostname))
+    return subprocess.Popen(
+        in_host(namespace, hostname, [sshd, "-D", "-e", "-f", config]), stdout=logs, stderr=subprocess.STDOUT
+    )
+
+
+def wait_for_ssh(address, client_key, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        done = sh("ssh", *ssh_options(client_key), f"root@{address}", "hostname", check=False)
+        if done.returncode == 0:
+            return done.stdout.strip()
+        assert time.monotonic() < deadline, f"sshd at {address} never answered: {done.stderr.strip()}"
+        time.sleep(0.3)
