@@ -154,7 +154,7 @@ class Namespaces:
 def job_seconds(session, data, epochs):
     """Wall seconds of the small job's run on 2 ranks (warm: the second of two runs) and where its ranks ran."""
     from jupyter_dl.kernel.job.work import CellWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     code = JOB.replace("EPOCHS", str(epochs))
     session.runner.run(CellWork(code, dict(data)), RunOptions(n=2, plot=False))  # engines import TF, data travels
@@ -191,7 +191,7 @@ def main():
         cluster.add_engine(1)  # engine 0 on host a, engine 1 on host b
         session = cluster.session()
         from jupyter_dl.kernel.job.work import FunctionWork
-        from jupyter_dl.kernel.options import RunOptions
+        from jupyter_dl.wire.options import RunOptions
 
         per_rank = session.runner.run(
             FunctionWork(allreduce_seconds, (args.mb, args.repeats), all_ranks=True), RunOptions(n=2)

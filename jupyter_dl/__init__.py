@@ -1,6 +1,13 @@
 """jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
 
+from typing import TYPE_CHECKING
+
 from jupyter_dl._version import __version__
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ below imports them on first use
+    from jupyter_dl.kernel.api import compare, distribute, load_job, shutdown
+    from jupyter_dl.kernel.lr_finder import lr_find
+    from jupyter_dl.runtime.metrics_callback import LiveMetrics
 
 __all__ = [
     "LiveMetrics",
@@ -14,57 +21,31 @@ __all__ = [
 ]
 
 
+# The public functions and LiveMetrics, by the module that defines them. They are imported on first use (PEP 562):
+# `import jupyter_dl` must not pull in ipyparallel, TensorFlow or Keras, and what comes back is the function itself,
+# so help() and inspect.signature() show its real parameters and documentation.
+_LAZY = {
+    "distribute": "jupyter_dl.kernel.api",
+    "load_job": "jupyter_dl.kernel.api",
+    "compare": "jupyter_dl.kernel.api",
+    "shutdown": "jupyter_dl.kernel.api",
+    "lr_find": "jupyter_dl.kernel.lr_finder",
+    "LiveMetrics": "jupyter_dl.runtime.metrics_callback",  # the Keras callback class (Keras imports slowly)
+}
+
+
 def __getattr__(name):
-    # jupyter_dl.LiveMetrics is the Keras callback class itself, imported on first use (Keras imports slowly).
-    if name == "LiveMetrics":
-        from jupyter_dl.runtime.metrics_callback import LiveMetrics
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return LiveMetrics
-    raise AttributeError(name)
-
-
-def distribute(*args, **kwargs):
-    from jupyter_dl.kernel.api import distribute as _distribute
-
-    return _distribute(*args, **kwargs)
+    # Not cached here: each access reads the defining module, so a patched function there is the one called.
+    return getattr(importlib.import_module(module), name)
 
 
-distribute.__doc__ = "Run a function or a cell's code as a distributed job; see jupyter_dl.kernel.api.distribute."
-
-
-def lr_find(*args, **kwargs):
-    from jupyter_dl.kernel.lr_finder import lr_find as _lr_find
-
-    return _lr_find(*args, **kwargs)
-
-
-lr_find.__doc__ = "Learning-rate range test on a compiled Keras model; see jupyter_dl.kernel.lr_finder.lr_find."
-
-
-def load_job(job_id):
-    from jupyter_dl.kernel.api import load_job as _load_job
-
-    return _load_job(job_id)
-
-
-load_job.__doc__ = (
-    "A finished job's kept models, histories, source, options and environment; see jupyter_dl.kernel.api."
-)
-
-
-def compare(ids, x="step"):
-    from jupyter_dl.kernel.api import compare as _compare
-
-    return _compare(ids, x)
-
-
-compare.__doc__ = "Runs side by side: their curves and a table of what differs; see jupyter_dl.kernel.api.compare."
-
-
-def shutdown():
-    from jupyter_dl.kernel.api import shutdown as _shutdown
-
-    _shutdown()
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def load_ipython_extension(ipython):

@@ -10,18 +10,19 @@ import logging
 import os
 import signal
 import socket
-import sys
-import time
 
 from traitlets import Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
+from jupyter_dl.cluster import engine_sets, scheduler_queue, size_checks, ssh_engines
 from jupyter_dl.cluster import reaper as cluster_reaper
-from jupyter_dl.cluster import scheduler_queue, ssh_engines
+from jupyter_dl.cluster import status as cluster_status
+from jupyter_dl.cluster.known_engines import KnownEngines
+from jupyter_dl.cluster.registration import wait_for_engines
+from jupyter_dl.cluster.status import ClusterStatus
 from jupyter_dl.errors import UsageError
 from jupyter_dl.host import gpus
 from jupyter_dl.host.processes import pid_running
-from jupyter_dl.wire import remote
 
 _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -35,8 +36,8 @@ def _ipyparallel_log():
     return log
 
 
-class ClusterManager(Configurable):
-    """Owns (or borrows) one ipyparallel cluster per kernel."""
+class EngineCluster(Configurable):
+    """Owns (or borrows) one ipyparallel cluster per kernel: starts or connects it, keeps its engines, stops it."""
 
     default_engines = Integer(
         0, help="Engines for the embedded local cluster: 0 means one per visible GPU, or 2 on a machine without GPUs."
@@ -73,8 +74,7 @@ class ClusterManager(Configurable):
         self.cluster = None
         self.client = None
         self.owned = False
-        self._engine_info = {}  # engine id -> {"hostname", "pid"}
-        self._dead = set()  # engine ids we killed; ipyparallel may list them until it notices
+        self._known = KnownEngines()
         self._expected = 0  # engines we started and did not kill (some may still be registering)
         self.devices = []  # GPUs the engines started here are pinned to, one engine each
         self._launcher = "local"
@@ -85,28 +85,37 @@ class ClusterManager(Configurable):
     def default_size(self) -> int:
         return self.default_engines or len(gpus.discover()) or 2
 
-    def start(self, n=None, gpu_spec="all", engines=None, progress=None):
+    def start(self, n=None, gpu_spec="all", engines=None, progress=None) -> ClusterStatus:
         """Start a cluster of our own: local engines, one per rank, each pinned to one GPU where GPUs exist; or
         engines from a scheduler through ipyparallel's launcher of that name."""
-        import ipyparallel as ipp
-
         self._require_none_in_use()
         engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
         devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
         requested, n = n, n or (len(devices) if devices else self.default_size())
-        if n < 1:
-            raise UsageError(f"-n must be at least 1 (got {n})")
-        if engines == "local" and not devices:
-            self._check_cpu_ranks(n)
-        if devices and n > len(devices):
-            raise UsageError(
-                f"{n} engines requested but only {len(devices)} GPUs selected ({gpu_spec}); lower -n or widen --gpus"
-            )
+        size_checks.check_new_cluster(n, engines, devices, gpu_spec, self.max_cpu_ranks)
+        cluster = self._new_cluster(n, engines)
+        if engines == "ssh":
+            hosts = ssh_engines.prepare(cluster)
+            n = cluster.n = requested or sum(hosts.values())
+        self._start_controller(cluster, engines)
+        try:
+            self._start_engines(n, devices[:n])
+            self.client = cluster.connect_client_sync()
+            self._wait_for(n, progress)
+            self.describe(self.engine_ids())  # also starts each engine importing TensorFlow and Horovod
+        except BaseException:
+            self.stop()  # also withdraws the scheduler request
+            raise
+        return self.status()
+
+    def _new_cluster(self, n, engines):
+        import ipyparallel as ipp
+
         try:
             # parent=self: ipyparallel's own traits (c.SSHEngineSetLauncher.engines, c.Cluster.controller_ip, ...)
             # come from the same config as ours, in a notebook or in a script's Session(parent=...), merged by
             # ipyparallel with the profile's ipcluster_config.py.
-            cluster = ipp.Cluster(
+            return ipp.Cluster(
                 n=n,
                 profile=self.profile,
                 cluster_id=f"jupyter-dl-{os.getpid()}-{next(_STARTS)}",
@@ -119,49 +128,25 @@ class ClusterManager(Configurable):
             raise UsageError(
                 f"unknown engine launcher {engines!r} ({exc}); use local, slurm, mpi, ssh, pbs, sge or lsf"
             ) from None
-        if engines == "ssh":
-            hosts = ssh_engines.prepare(cluster)
-            n = cluster.n = requested or sum(hosts.values())
+
+    def _start_controller(self, cluster, engines):
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
         controller_pid = getattr(cluster.controller, "pid", None)
         if controller_pid:  # the controller (and its schedulers) end with this kernel, however it ends
             self._reaper = cluster_reaper.start(os.getpid(), [controller_pid])
-        try:
-            self._start_engines(n, devices[:n])
-            self.client = cluster.connect_client_sync()
-            self._wait_for(n, progress)
-            self.describe(self.engine_ids())  # also starts each engine importing TensorFlow and Horovod
-        except BaseException:
-            self.stop()  # also withdraws the scheduler request
-            raise
-        return self.status()
 
     def _start_engines(self, n, devices=()):
         self._expected += n
-        if self._launcher != "local":
-            extra = ssh_engines.engine_options(self.cluster.config) if self._launcher == "ssh" else {}
-            if hasattr(self.cluster.engine_launcher_class, "batch_file_name"):
-                # A scheduler's batch script goes with the cluster's files, not into the notebook's folder.
-                extra["batch_file_name"] = os.path.join(
-                    self.cluster.profile_dir, f"{self.cluster.cluster_id}-engines-{len(self._engine_sets)}.sbatch"
-                )
-            self._engine_sets.append(
-                self.cluster.start_engines_sync(n, environment=dict(self.engine_environment), **extra)
-            )
-            return
-        # One engine set per GPU: CUDA_VISIBLE_DEVICES must be set before TensorFlow starts in the engine.
-        if devices:
+        if self._launcher == "local" and devices:
             for dev in devices:
-                # Memory growth on: TensorFlow would otherwise take the whole GPU at its first op.
-                env = {**self.engine_environment, "CUDA_VISIBLE_DEVICES": str(dev), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-                self._engine_sets.append(self.cluster.start_engines_sync(1, environment=env))
+                self._engine_sets.append(engine_sets.start_on_gpu(self.cluster, dev, self.engine_environment))
                 self.devices.append(dev)
         else:
-            env = self.engine_environment
-            if gpus.discover():
-                env = {**env, "CUDA_VISIBLE_DEVICES": ""}
-            self._engine_sets.append(self.cluster.start_engines_sync(n, environment=dict(env)))
+            index = len(self._engine_sets)
+            self._engine_sets.append(
+                engine_sets.start_set(self.cluster, self._launcher, n, self.engine_environment, index)
+            )
 
     @property
     def local(self) -> bool:
@@ -175,7 +160,7 @@ class ClusterManager(Configurable):
         """Engines started here and not killed, registered or still registering (0 for a connected cluster)."""
         return self._expected
 
-    def connect(self, profile=None, cluster_id=None):
+    def connect(self, profile=None, cluster_id=None) -> ClusterStatus:
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
         import ipyparallel as ipp
 
@@ -196,7 +181,7 @@ class ClusterManager(Configurable):
         self.cluster, self.client, self.owned = cluster, client, False
         return self.status()
 
-    def connect_file(self, cluster_file):
+    def connect_file(self, cluster_file) -> ClusterStatus:
         """Use the cluster described by an ipyparallel cluster file (what `Cluster.from_file` reads)."""
         import ipyparallel as ipp
 
@@ -216,8 +201,7 @@ class ClusterManager(Configurable):
         client, cluster, owned = self.client, self.cluster, self.owned
         self.client = self.cluster = None
         self.owned = False
-        self._engine_info.clear()
-        self._dead.clear()
+        self._known = KnownEngines()
         self._expected = 0
         self.devices = []
         self._engine_sets = []
@@ -231,7 +215,7 @@ class ClusterManager(Configurable):
             reaper.wait(5)
 
     def _controller_running(self) -> bool:
-        """Whether the controller this manager started still runs (a local process; other launchers: assumed)."""
+        """Whether the controller started here still runs (a local process; other launchers: assumed)."""
         controller = getattr(self.cluster, "controller", None)
         pid = getattr(controller, "pid", None)
         return pid_running(pid) if pid else True
@@ -244,42 +228,14 @@ class ClusterManager(Configurable):
 
     # ------------------------------------------------------------------------------------------- engines
     def engine_ids(self):
-        return [i for i in sorted(self.client.ids) if i not in self._dead] if self.client else []
-
-    def cpu_rank_limit(self) -> int:
-        return self.max_cpu_ranks or 2 * (os.cpu_count() or 1)
+        return self._known.live(self.client.ids) if self.client else []
 
     def check_size(self, n):
         """Refuse, before anything starts, a rank count this cluster cannot run."""
         if self.client is not None and not self.owned:
-            have = len(self.engine_ids())
-            if n > have:
-                raise UsageError(
-                    f"{n} ranks requested but the connected cluster has {have} engines; use -n {have} "
-                    f"or add engines to the cluster"
-                )
-            return
-        if (self._launcher if self.client is not None else self.engines.lower()) != "local":
-            return  # a scheduler decides what it can allocate
-        gpu_count = len(gpus.discover())
-        if gpu_count and n > gpu_count:
-            raise UsageError(
-                f"{n} ranks requested but this host has {gpu_count} GPUs (one rank per GPU); use -n "
-                f"{gpu_count} or fewer, or connect a bigger cluster (%dl_cluster connect --profile P, "
-                f"or %dl_cluster start --engines slurm)"
-            )
-        if not gpu_count:
-            self._check_cpu_ranks(n)
-
-    def _check_cpu_ranks(self, n):
-        limit = self.cpu_rank_limit()
-        if n > limit:
-            raise UsageError(
-                f"{n} ranks is more than this machine can run: without GPUs the local cluster takes at "
-                f"most {limit} ranks on {os.cpu_count()} CPU cores (c.ClusterManager.max_cpu_ranks); "
-                f"use -n {limit} or fewer, or connect a bigger cluster (%dl_cluster connect --profile "
-                f"P, or %dl_cluster start --engines slurm)"
-            )
+            size_checks.check_connected(n, len(self.engine_ids()))
+        elif self.local:  # elsewhere a scheduler decides what it can allocate
+            size_checks.check_local(n, self.max_cpu_ranks)
 
     def ensure(self, n, progress=None):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand.
@@ -292,60 +248,41 @@ class ClusterManager(Configurable):
             )
             self._forget_stopped_cluster()
         if self.client is None:
-            status = self.start(n=max(n, self.default_size()), progress=progress)
-            where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
-            devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
-            print(
-                f"[jupyter-dl] started {where}: {status['engines']} engines ({devices}); %dl_cluster stop ends it",
-                flush=True,
-            )  # progress, not an error: ordinary output
+            self._start_embedded(n, progress)
         have = len(self.engine_ids())
         if have < n:
-            if not self.owned:
-                raise UsageError(
-                    f"{n} ranks requested but the connected cluster has {have} engines; "
-                    f"use -n {have} or add engines to the cluster"
-                )
-            if self._launcher == "local" and gpus.discover() and n > self._expected:
-                raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n {self._expected}")
-            if n > self._expected:
-                self._start_engines(n - self._expected)
-            self._wait_for(n, progress)  # new engines, or replacements of killed ones, still registering
+            self._grow(n, have, progress)
         return self.client
 
+    def _start_embedded(self, n, progress):
+        status = self.start(n=max(n, self.default_size()), progress=progress)
+        where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
+        devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
+        print(
+            f"[jupyter-dl] started {where}: {status.engines} engines ({devices}); %dl_cluster stop ends it",
+            flush=True,
+        )  # progress, not an error: ordinary output
+
+    def _grow(self, n, have, progress):
+        """From `have` live engines to n: new engines, or replacements of killed ones still registering."""
+        if not self.owned:
+            size_checks.check_connected(n, have)
+        if self._launcher == "local" and gpus.discover() and n > self._expected:
+            raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n {self._expected}")
+        if n > self._expected:
+            self._start_engines(n - self._expected)
+        self._wait_for(n, progress)
+
     def _wait_for(self, n, progress=None):
-        """Until n engines are registered. A scheduler's queue may hold them first: that wait is shown, and
-        bounded by queue_timeout; start_timeout counts from when the scheduler runs them."""
-        queued_since = running_since = checked = time.monotonic()
-        pending = self._scheduler_pending()
-        shown = ""
-        registered = -1
-        while len(self.engine_ids()) < n:
-            now = time.monotonic()
-            if progress is not None and len(self.engine_ids()) != registered:
-                registered = len(self.engine_ids())
-                progress(f"starting the cluster: {registered}/{n} engines registered")
-            if now - checked >= 1.0:
-                pending, checked = self._scheduler_pending(), now
-            if pending:
-                running_since = now
-                if pending != shown:
-                    shown = pending
-                    print(
-                        f"[jupyter-dl] waiting for {self._launcher} to allocate {n} engines at once ({pending}); "
-                        f"interrupt the kernel to give up",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                if self.queue_timeout and now - queued_since > self.queue_timeout:
-                    raise TimeoutError(
-                        f"{self._launcher} did not allocate {n} engines within {self.queue_timeout:.0f}s ({pending})"
-                    )
-            elif now - running_since > self.start_timeout:
-                raise TimeoutError(
-                    f"only {len(self.engine_ids())} of {n} engines registered within {self.start_timeout:.0f}s"
-                )
-            time.sleep(0.1)
+        wait_for_engines(
+            n,
+            count=lambda: len(self.engine_ids()),
+            queued=self._scheduler_pending,
+            launcher=self._launcher,
+            start_timeout=self.start_timeout,
+            queue_timeout=self.queue_timeout,
+            progress=progress,
+        )
 
     def _scheduler_pending(self) -> str:
         """Why the newest engine set waits in a scheduler's queue, or '' once it runs (scheduler_queue.py)."""
@@ -356,24 +293,15 @@ class ClusterManager(Configurable):
 
     def describe(self, ids):
         """Hostname and pid of each engine (asked once per engine)."""
-        missing = [i for i in ids if i not in self._engine_info]
-        if missing:
-            view = self.client.direct_view(missing)
-            # Engines of a local cluster started here end with this kernel (ipyparallel starts them in their own
-            # session, so they would outlive it holding their GPU's memory). Others' clusters are not ours to end.
-            owner = (os.getpid(), socket.gethostname()) if self.owned and self._launcher == "local" else None
-            for eid, info in zip(missing, view.apply_sync(remote.DESCRIBE, owner)):
-                self._engine_info[eid] = info
-        return [self._engine_info[i] for i in ids]
+        # Engines of a local cluster started here end with this kernel (ipyparallel starts them in their own
+        # session, so they would outlive it holding their GPU's memory). Others' clusters are not ours to end.
+        owner = (os.getpid(), socket.gethostname()) if self.local else None
+        return self._known.describe(self.client, ids, owner)
 
     def kinds(self, ids):
         """Device kind of each engine ('cpu' or 'gpu:<name>', what the recommender plans with), asked once."""
         self.describe(ids)
-        missing = [i for i in ids if "kind" not in self._engine_info[i]]
-        if missing:
-            for eid, kind in zip(missing, self.client[missing].apply_sync(remote.DEVICE_KIND)):
-                self._engine_info[eid]["kind"] = kind
-        return [self._engine_info[i]["kind"] for i in ids]
+        return self._known.kinds(self.client, ids)
 
     def kill_and_replace(self, ids):
         """Kill engines stuck in native code (signals cannot reach Python there) and start fresh ones."""
@@ -385,53 +313,32 @@ class ClusterManager(Configurable):
 
     def replace_dead(self, ids):
         """Forget engines that are gone and, on a cluster we own, start as many new ones."""
-        ids = [i for i in ids if i not in self._dead]
-        if not ids:
+        lost_gpus = self._known.forget(ids)  # one entry per engine not already known dead
+        if not lost_gpus:
             return
-        lost_gpus = [self._engine_info.get(i, {}).get("gpu") for i in ids]
-        self._dead.update(ids)
-        self._expected -= len(ids)
-        for i in ids:
-            self._engine_info.pop(i, None)
+        self._expected -= len(lost_gpus)
         if self.owned and self.cluster is not None:
             # Replacements start now and register while the notebook goes on; the next job waits for them.
             # Each replaces the dead engine on its GPU, so the cluster keeps one engine per GPU.
-            self._start_engines(len(ids), self._gpus_to_refill(lost_gpus))
-
-    def _gpus_to_refill(self, lost_gpus):
-        if not self.devices:
-            return []
-        if all(g is not None for g in lost_gpus):
-            found = [int(g) for g in lost_gpus]
-        else:  # an engine that died before it described itself: the GPUs no live engine is known to hold
-            held = {int(info["gpu"]) for info in self._engine_info.values() if info.get("gpu")}
-            found = [g for g in self.devices if g not in held][: len(lost_gpus)]
-        for gpu in found:
-            self.devices.remove(gpu)  # _start_engines adds it back
-        return found
-
-    # ------------------------------------------------------------------------------------------- status
-    def status(self) -> dict:
-        if self.client is None:
-            return {"running": False}
-        ids = self.engine_ids()
-        described = self.describe(ids) if ids else []
-        hosts = sorted({info["hostname"] for info in described})
-        by_host = {host: [eid for eid, info in zip(ids, described) if info["hostname"] == host] for host in hosts}
-        return {
-            "running": True,
-            "owned": self.owned,
-            "cluster_id": getattr(self.cluster, "cluster_id", None),
-            "profile": getattr(self.cluster, "profile", None) or self.profile,
-            "engines": len(ids),
-            "engine_ids": ids,
-            "hosts": hosts,
-            "engines_by_host": by_host,  # engine ids on each host: Horovod's local ranks are placed by these
-            # What the engines are pinned to, in index order (the same index on several hosts is listed once).
-            "gpus": sorted({info["gpu"] for info in described if info.get("gpu")}, key=lambda g: (len(g), g)),
-            "launcher": self._launcher if self.owned else None,
-        }
+            refill = engine_sets.gpus_to_refill(lost_gpus, self.devices, self._known.held_gpus())
+            for gpu in refill:
+                self.devices.remove(gpu)  # _start_engines adds it back
+            self._start_engines(len(lost_gpus), refill)
 
     def all_local(self, ids) -> bool:
         me = socket.gethostname()
         return all(info["hostname"] == me for info in self.describe(ids))
+
+    # ------------------------------------------------------------------------------------------- status
+    def status(self) -> ClusterStatus:
+        if self.client is None:
+            return ClusterStatus()
+        ids = self.engine_ids()
+        return cluster_status.of_engines(
+            ids,
+            self.describe(ids),
+            owned=self.owned,
+            cluster_id=getattr(self.cluster, "cluster_id", None),
+            profile=getattr(self.cluster, "profile", None) or self.profile,
+            launcher=self._launcher if self.owned else None,
+        )

@@ -6,7 +6,7 @@ import subprocess
 def pending(launcher_name: str, engine_set, any_engine_registered: bool) -> str:
     """Why `engine_set` (an ipyparallel engine-set launcher) waits in its scheduler's queue ('Slurm job 12 PENDING
     (Resources)'), or '' once it runs. Slurm is asked with squeue; other batch systems are taken to be queued for as
-    long as no engine has registered, so only ClusterManager.queue_timeout bounds their wait."""
+    long as no engine has registered, so only EngineCluster.queue_timeout bounds their wait."""
     job_id = getattr(engine_set, "job_id", "")
     if not job_id:
         return ""  # not a batch system (mpi, ssh): its engines start at once

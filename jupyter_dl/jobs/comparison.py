@@ -18,6 +18,7 @@ from traitlets.config import Configurable
 from jupyter_dl.errors import UsageError
 from jupyter_dl.jobs.model import Job
 from jupyter_dl.jobs.results import RESULTS
+from jupyter_dl.live.durations import format_duration
 from jupyter_dl.live.loss_figure import BATCH_LOSS  # one name for that curve in the cell, the panel and comparisons
 
 X_AXES = ("step", "epoch", "time")
@@ -188,15 +189,6 @@ def _number(value):
     return str(value)
 
 
-def _seconds_text(value):
-    if value is None:
-        return "-"
-    if value < 60:
-        return f"{value:.1f} s"
-    minutes, seconds = divmod(round(value), 60)
-    return f"{minutes} min {seconds:02d} s"
-
-
 def _settings(run, data, store):
     """Every setting one run trained with, as {name: value}; the table keeps those that differ between runs."""
     options = run["options"] or {}
@@ -296,7 +288,7 @@ def _table(runs, datas, store, viewer):
         rows.append(_row("final metrics", key, values, [_number(v) for v in values]))
     walls = [run.get("elapsed") for run in runs]
     rows.append(_row("performance", "state", [r["state"] for r in runs], [r["state"] for r in runs]))
-    rows.append(_row("performance", "wall time", walls, [_seconds_text(w) for w in walls]))
+    rows.append(_row("performance", "wall time", walls, [format_duration(w) for w in walls]))
     rates = [d.samples_per_s for d in datas]
     rows.append(_row("performance", "samples/s", rates, [f"{r:,.0f}" if r else "-" for r in rates]))
     scaled = _efficiency(runs, datas, store, viewer)

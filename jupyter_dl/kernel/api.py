@@ -1,17 +1,20 @@
 """The Python API: the same behaviour as the magics, for scripts and tests."""
 
+import inspect
 import sys
 
 from traitlets import Enum
 from traitlets.config import Configurable
 
-from jupyter_dl.cluster.engines import ClusterManager
+from jupyter_dl.cluster.engines import EngineCluster
 from jupyter_dl.jobs import JobRegistry
 from jupyter_dl.jobs.store import JobStore
+from jupyter_dl.kernel.job.observer import JobObserver
 from jupyter_dl.kernel.job.runner import JobRunner
 from jupyter_dl.kernel.job.work import CellWork, FunctionWork
-from jupyter_dl.kernel.options import RunOptions
+from jupyter_dl.kernel.options import options_from_python, python_doc, python_parameters
 from jupyter_dl.live import summary as summary_mod
+from jupyter_dl.wire.options import parse_duration
 
 
 class LiveViewSettings(Configurable):
@@ -26,7 +29,7 @@ class Session:
     """One per process: the cluster in use, the job runner, the jobs run from here and the job store."""
 
     def __init__(self, parent=None):
-        self.cluster = ClusterManager(parent=parent)
+        self.cluster = EngineCluster(parent=parent)
         self.store = JobStore(parent=parent)
         self.jobs = JobRegistry(self.store)
         self.runner = JobRunner(self.cluster, self.jobs, parent=parent)
@@ -43,7 +46,7 @@ class Session:
             self._advisor = Advisor(self, parent=self._parent)
         return self._advisor
 
-    def run(self, work, options, key, show_view):
+    def run(self, work, options, key, show_view: bool):
         """Run with a live view in the cell (when wanted) and remember single-rank throughput. With --recommend
         (or -n auto) the cell is probed first and runs with the recommended plan."""
         from jupyter_dl.live.theme import template_for
@@ -53,7 +56,7 @@ class Session:
         if options.recommend:
             return self._run_recommended(work, options, key, show_view)
 
-        observers = []
+        observers: list[JobObserver] = []
         view = None
         if show_view:
             view = LiveView(
@@ -130,64 +133,10 @@ def session(parent=None) -> Session:
     return _session
 
 
-def distribute(
-    fn_or_code,
-    n=None,
-    *,
-    args=(),
-    kwargs=None,
-    namespace=None,
-    name=None,
-    timeout=None,
-    output="rank0",
-    lr_scale="linear",
-    manual=False,
-    backend="horovod",
-    all_ranks=False,
-    plot=None,
-    stream_metrics=True,
-    secrets=(),
-    stall_timeout=None,
-    restarts=0,
-    checkpoint_dir=None,
-    balance="auto",
-    recommend=False,
-    deadline=None,
-):
-    """Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank Horovod job on the cluster.
-
-    With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
-    With code (a str): runs it like `%%distribute`; names it binds come back into `namespace` (default: the
-    notebook's), which is also where the variables it reads come from. Returns the RunResult.
-    Zero-code-change Keras interception is on unless manual=True. plot: show the live view and summary (default:
-    when running in a notebook kernel). stream_metrics=False stops engine-side metric streaming (to measure it).
-    stall_timeout: seconds one rank may wait in a collective the others never enter (default: JobRunner.stall_timeout).
-    restarts, checkpoint_dir: restart a failed job up to `restarts` times, resuming each Keras fit from the
-    checkpoint rank 0 saves in checkpoint_dir every epoch. balance: "on" splits each global batch across ranks in
-    proportion to their measured speed (gradients weighted so the update is unchanged); "auto" does so when the ranks
-    span several hosts; "off" never. recommend=True (or n="auto"): probe the cell on one engine, show the
-    recommended devices, per-rank batch and learning rate (the lowest-energy plan within `deadline`, e.g. "30m"),
-    and run with them.
-    """
+def distribute(fn_or_code, n=None, *, args=(), kwargs=None, namespace=None, all_ranks=False, **options):
     in_kernel = _in_kernel()
-    options = RunOptions(
-        n=n,
-        name=name,
-        backend=backend,
-        timeout=timeout,
-        output=output,
-        lr_scale=lr_scale,
-        manual=manual,
-        plot=in_kernel if plot is None else plot,
-        stream_metrics=stream_metrics,
-        secrets=tuple(secrets),
-        stall_timeout=stall_timeout,
-        restarts=restarts,
-        checkpoint_dir=checkpoint_dir,
-        balance=balance,
-        recommend=recommend,
-        deadline=_seconds(deadline),
-    )
+    plot = options.get("plot")
+    options = options_from_python({**options, "n": n, "plot": in_kernel if plot is None else plot})
     current = session()
     show_view = in_kernel or bool(plot)
     key = summary_mod.work_key(fn_or_code)
@@ -201,12 +150,29 @@ def distribute(
     return result.results if all_ranks else result.results[0]
 
 
-def _seconds(deadline):
-    if deadline is None or isinstance(deadline, (int, float)):
-        return deadline
-    from jupyter_dl.recommend.planner import parse_duration
+distribute.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("fn_or_code", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("n", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("args", inspect.Parameter.KEYWORD_ONLY, default=()),
+        inspect.Parameter("kwargs", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("namespace", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("all_ranks", inspect.Parameter.KEYWORD_ONLY, default=False),
+        *python_parameters(),
+    ]
+)
+distribute.__doc__ = f"""Run `fn(*args, **kwargs)` (or a cell's code) as an n-rank job on the cluster.
 
-    return parse_duration(str(deadline))
+With a function: returns rank 0's return value, or every rank's in a list with all_ranks=True.
+With code (a str): runs it like `%%distribute`; names it binds come back into `namespace` (default: the
+notebook's), which is also where the variables it reads come from. Returns the RunResult.
+
+{python_doc()}
+"""
+
+
+def _seconds(deadline):
+    return parse_duration(deadline) if isinstance(deadline, str) else deadline
 
 
 def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True):

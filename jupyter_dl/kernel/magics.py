@@ -6,20 +6,28 @@ import shlex
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
+from jupyter_dl.cluster.status import ClusterStatus
 from jupyter_dl.errors import JobCancelled, UsageError
 from jupyter_dl.jobs.comparison import X_AXES
-from jupyter_dl.kernel import api
+from jupyter_dl.kernel import api, template
 from jupyter_dl.kernel.job.work import CellWork
-from jupyter_dl.kernel.options import _duration, _Parser, _positive_int, parse_distribute_line
+from jupyter_dl.kernel.options import Parser, help_text, magic_help, parse_distribute_line
 from jupyter_dl.live import summary as summary_mod
+from jupyter_dl.live.durations import format_duration
+from jupyter_dl.wire.options import duration, positive_int
 
 
 def _cluster_parser():
-    p = _Parser(prog="%dl_cluster", add_help=False)
-    sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = Parser(prog="%dl_cluster", add_help=False, description="Start, connect, show or stop the cluster jobs run on.")
+    sub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     start = sub.add_parser("start", add_help=False)
-    start.add_argument("-n", type=_positive_int, default=None)
-    start.add_argument("--gpus", default="all")
+    start.add_argument(
+        "-n",
+        type=positive_int,
+        default=None,
+        help="engines (default: EngineCluster.default_engines, else one per GPU, else 2)",
+    )
+    start.add_argument("--gpus", default="all", help="which GPUs get an engine: all, or 0,1,...")
     start.add_argument(
         "--engines",
         default=None,
@@ -27,17 +35,21 @@ def _cluster_parser():
         help="local (default), or an ipyparallel launcher such as slurm, mpi, ssh",
     )
     connect = sub.add_parser("connect", add_help=False)
-    connect.add_argument("--profile", default=None)
-    connect.add_argument("--cluster-id", dest="cluster_id", default=None)
-    connect.add_argument("--cluster-file", dest="cluster_file", default=None)
+    connect.add_argument("--profile", default=None, help="the IPython profile the cluster was started in")
+    connect.add_argument("--cluster-id", dest="cluster_id", default=None, metavar="ID", help="which of its clusters")
+    connect.add_argument(
+        "--cluster-file", dest="cluster_file", default=None, metavar="FILE", help="a cluster's JSON file instead"
+    )
     sub.add_parser("status", add_help=False)
     sub.add_parser("stop", add_help=False)
     return p
 
 
 def _jobs_parser():
-    p = _Parser(prog="%dl_jobs", add_help=False)
-    sub = p.add_subparsers(dest="action", parser_class=_Parser)
+    p = Parser(
+        prog="%dl_jobs", add_help=False, description="List the job store's jobs, cancel one, or show a rank's log."
+    )
+    sub = p.add_subparsers(dest="action", parser_class=Parser)
     listing = sub.add_parser("list", add_help=False)
     listing.add_argument("--state", default=None)
     cancel = sub.add_parser("cancel", add_help=False)
@@ -63,7 +75,7 @@ def format_jobs(jobs) -> str:
                 job["state"],
                 str(job["n"]),
                 "-" if fraction is None else f"{fraction:.0%}",
-                f"{job['elapsed']:.1f}s",
+                format_duration(job["elapsed"]),
                 _shown_path(job.get("notebook")),
             )
         )
@@ -101,17 +113,8 @@ def _cancelled_line(error, jobs, store) -> str:
     where = source or "the jobs panel or %dl_jobs cancel"
     return (
         f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
-        f" after {_duration_text(job.elapsed)}{reached}; all {job.n} ranks stopped"
+        f" after {format_duration(job.elapsed)}{reached}; all {job.n} ranks stopped"
     )
-
-
-def _duration_text(seconds) -> str:
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
 class CellCancelled(JobCancelled):
@@ -126,20 +129,20 @@ class CellCancelled(JobCancelled):
         return [self.line]
 
 
-def format_status(status: dict) -> str:
-    if not status.get("running"):
+def format_status(status: ClusterStatus) -> str:
+    if not status.running:
         return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
-    kind = "started here" if status["owned"] else "connected"
-    gpus = f", GPUs {status['gpus']}" if status["gpus"] else ", no GPUs (CPU ranks)"
+    kind = "started here" if status.owned else "connected"
+    gpus = f", GPUs {status.gpus}" if status.gpus else ", no GPUs (CPU ranks)"
     return (
-        f"cluster {status['cluster_id'] or '(profile ' + status['profile'] + ')'} ({kind}): "
-        f"{status['engines']} engines on {_hosts(status) or '-'}{gpus}"
+        f"cluster {status.cluster_id or f'(profile {status.profile})'} ({kind}): "
+        f"{status.engines} engines on {_hosts(status) or '-'}{gpus}"
     )
 
 
-def _hosts(status) -> str:
+def _hosts(status: ClusterStatus) -> str:
     """'node1 (engines 0, 1), node2 (engines 2, 3)': which engines share a host (and so Horovod's local ranks)."""
-    by_host = status.get("engines_by_host") or {host: [] for host in status["hosts"]}
+    by_host = status.engines_by_host
     if len(by_host) == 1:
         return next(iter(by_host))
     return ", ".join(
@@ -148,31 +151,44 @@ def _hosts(status) -> str:
 
 
 def _compare_parser():
-    p = _Parser(prog="%dl_compare", add_help=False)
+    p = Parser(
+        prog="%dl_compare",
+        add_help=False,
+        description="The runs' curves overlaid, and a table of the settings that differ, final metrics, wall time, "
+        "samples/s and scaling efficiency. IDs as %dl_jobs shows them.",
+    )
     p.add_argument("job_ids", nargs="*", metavar="ID")
     p.add_argument("--x", choices=X_AXES, default="step", help="the curves' x axis")
     return p
 
 
 def _lr_find_parser():
-    p = _Parser(prog="%lr_find", add_help=False)
+    p = Parser(
+        prog="%lr_find",
+        add_help=False,
+        description="Learning-rate range test: plots loss against learning rate and returns the suggestion.",
+    )
     p.add_argument("model")
     p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
     p.add_argument("--start-lr", dest="start_lr", type=float, default=1e-7)
     p.add_argument("--end-lr", dest="end_lr", type=float, default=10.0)
-    p.add_argument("--steps", type=_positive_int, default=100)
-    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
-    p.add_argument("-n", type=_positive_int, default=None, help="ranks (default: the cluster's engines, if any)")
+    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32)
+    p.add_argument("-n", type=positive_int, default=None, help="ranks (default: the cluster's engines, if any)")
     return p
 
 
 def _recommend_parser():
-    p = _Parser(prog="%dl_recommend", add_help=False)
+    p = Parser(
+        prog="%dl_recommend",
+        add_help=False,
+        description="The recommended devices, per-rank batch and learning rate for training MODEL, with alternatives.",
+    )
     p.add_argument("model")
     p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
-    p.add_argument("--epochs", type=_positive_int, default=1)
-    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=32)
-    p.add_argument("--deadline", type=_duration, default=None, metavar="30m")
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32)
+    p.add_argument("--deadline", type=duration, default=None, metavar="30m")
     p.add_argument("--no-probe", dest="probe", action="store_false", help="estimate only, no engine probe")
     return p
 
@@ -195,8 +211,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_cluster(self, line):
-        """%dl_cluster start [-n N] [--gpus all|0,1] [--engines local|slurm|mpi|ssh|...]
-        | connect [--profile P] [--cluster-id ID | --cluster-file F] | status | stop"""
         try:
             args = _cluster_parser().parse_args(shlex.split(line))
             cluster = self.session.cluster
@@ -220,7 +234,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_jobs(self, line):
-        """%dl_jobs [list [--state S]] | cancel ID | logs ID [--rank N] [--tail N] [--stderr]"""
         from jupyter_dl.server.service import JobService, ServiceError
 
         service = JobService(self.session.store)
@@ -240,8 +253,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_compare(self, line):
-        """%dl_compare ID ID [ID ...] [--x step|epoch|time] -- the runs' curves overlaid, and a table of the settings
-        that differ, final metrics, wall time, samples/s and scaling efficiency. IDs as %dl_jobs shows them."""
         try:
             args = _compare_parser().parse_args(shlex.split(line))
             return api.compare(args.job_ids, x=args.x)
@@ -253,8 +264,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def lr_find(self, line):
-        """%lr_find MODEL --data X,Y [--start-lr 1e-7] [--end-lr 10] [--steps 100] [--batch-size 32] [-n N]
-        -- learning-rate range test; plots loss against learning rate and returns the suggestion."""
         from jupyter_dl.kernel.lr_finder import lr_find
 
         try:
@@ -277,8 +286,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_recommend(self, line):
-        """%dl_recommend MODEL --data X,Y [--epochs E] [--batch-size B] [--deadline 30m] [--no-probe]
-        -- the recommended devices, per-rank batch and learning rate for training MODEL, with alternatives."""
         try:
             args = _recommend_parser().parse_args(shlex.split(line))
             model, x, y = _notebook_values(self.shell, "%dl_recommend", args.model, args.data)
@@ -293,8 +300,6 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_template(self, line):
-        """%dl_template X Y [--kind tabular|image|sequence|tokens] [--task classification|regression] [--epochs E]
-        [--batch-size B] -- write a new cell below with a Keras model, compile and fit for X, Y under %%distribute."""
         from jupyter_dl.kernel.template import dl_template_magic
 
         try:
@@ -304,10 +309,7 @@ class DistributeMagics(Magics):
 
     @cell_magic
     def distribute(self, line, cell):
-        """%%distribute [-n N|auto] [--recommend [--deadline 30m]] [--name NAME] [--timeout SEC] [--stall-timeout SEC]
-        [--restarts R --checkpoint-dir DIR] [--balance auto|on|off] [--output rank0|all]
-        [--lr-scale linear|sqrt|none] [--manual] [--no-plot] [--secret NAME]
-        -- run an unchanged Keras cell as an N-rank Horovod job."""
+        # The docstring (what `%%distribute?` shows) is the parser's help, set below the class.
         try:
             options = parse_distribute_line(line)
             result = self.session.run(
@@ -318,3 +320,16 @@ class DistributeMagics(Magics):
         except JobCancelled as exc:  # asked for by the user: say what stopped, not where in our code
             raise CellCancelled(_cancelled_line(exc, self.session.jobs.all(), self.session.store)) from None
         api.bind_results(result, self.shell.user_ns)
+
+
+# What `%magic?` shows: each magic's parser's help, so usage is written once (in the parser).
+DistributeMagics.distribute.__doc__ = magic_help()
+for _magic, _parser in [
+    (DistributeMagics.dl_cluster, _cluster_parser),
+    (DistributeMagics.dl_jobs, _jobs_parser),
+    (DistributeMagics.dl_compare, _compare_parser),
+    (DistributeMagics.lr_find, _lr_find_parser),
+    (DistributeMagics.dl_recommend, _recommend_parser),
+    (DistributeMagics.dl_template, template.parser),
+]:
+    _magic.__doc__ = help_text(_parser())

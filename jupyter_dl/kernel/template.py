@@ -261,16 +261,23 @@ def template_code(
     )
 
 
-def _parser():
-    from jupyter_dl.kernel.options import _Parser, _positive_int
+def parser():
+    from jupyter_dl.kernel.options import Parser
+    from jupyter_dl.wire.options import positive_int
 
-    p = _Parser(prog="%dl_template", add_help=False)
+    p = Parser(
+        prog="%dl_template",
+        add_help=False,
+        description="Write a new cell below with a Keras model, compile and fit for X, Y under %%distribute.",
+    )
     p.add_argument("x", metavar="X")
     p.add_argument("y", metavar="Y")
     p.add_argument("--kind", choices=KINDS, default=None, help="override the data kind read from X")
     p.add_argument("--task", choices=TASKS, default=None, help="override the task read from Y")
-    p.add_argument("--epochs", type=_positive_int, default=None)
-    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, default=None)
+    p.add_argument("--epochs", type=positive_int, default=None, help="default: about 1,000 steps in all, 5 to 20")
+    p.add_argument(
+        "--batch-size", dest="batch_size", type=positive_int, default=None, help="default: 32, or 128 from 20,000 rows"
+    )
     return p
 
 
@@ -278,7 +285,7 @@ def dl_template_magic(shell, line):
     """Parse `%dl_template X Y [...]`, write the cell below, and return its code."""
     import shlex
 
-    args = _parser().parse_args(shlex.split(line))
+    args = parser().parse_args(shlex.split(line))
     missing = [name for name in (args.x, args.y) if name not in shell.user_ns]
     if missing:
         raise UsageError(f"%dl_template: no variable named {', '.join(map(repr, missing))} in the notebook")

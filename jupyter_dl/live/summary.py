@@ -7,6 +7,8 @@ seconds instead, which runs higher once the training step is compiled; the text 
 import hashlib
 import html
 
+from jupyter_dl.live.durations import format_duration
+
 
 def work_key(code_or_fn) -> str:
     """Identifies 'the same cell' across runs, for scaling efficiency against a single-rank run."""
@@ -106,7 +108,8 @@ def _fmt_rate(value):
 
 def as_text(s: dict) -> str:
     parts = [
-        f"{s['job']}: {s['state']} in {s['wall_s']:.1f} s on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
+        f"{s['job']}: {s['state']} in {format_duration(s['wall_s'])} "
+        f"on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
         + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")
     ]
     if s["samples_per_s"]:

@@ -17,6 +17,7 @@ import math
 import time
 
 from jupyter_dl.live import loss_figure
+from jupyter_dl.live.durations import format_duration
 from jupyter_dl.live.loss_figure import FIGURE_WIDTH
 from jupyter_dl.live.resources_figure import ResourceFigure
 from jupyter_dl.live.summary import as_html, as_text, summarize
@@ -41,6 +42,8 @@ def _display(obj, **kwargs):
 
 
 class LiveView:
+    """One job's view in its cell; the job runner tells it what happens (a JobObserver, kernel/job/observer.py)."""
+
     def __init__(self, template="plotly_white", show_plot=True, refresh_interval=0.1, baseline_sps=None):
         self.template = template
         self.baseline_sps = baseline_sps  # samples/s of a single-rank run of the same work, if one ran
@@ -160,7 +163,7 @@ def progress_text(p) -> str:
     if p.get("samples_per_s"):
         parts.append(f"{p['samples_per_s']:,.0f} samples/s (last {RATE_WINDOW_S} s)")
     if p.get("eta_s") is not None:
-        parts.append(f"ETA {_clock(p['eta_s'])}")
+        parts.append(f"ETA {format_duration(p['eta_s'])}")
     return " · ".join(parts)
 
 
@@ -174,7 +177,7 @@ def format_percent(fraction) -> str:
 
 class SmoothedEta:
     """An ETA that counts down with the clock and moves toward each new estimate over about `time_constant`
-    seconds: the raw one (remaining steps / the last few seconds' speed) jumped 5m18 -> 7m29 -> 4m00 in 8 s."""
+    seconds: the raw one (remaining steps / the last few seconds' speed) jumped 5m18s -> 7m29s -> 4m00s in 8 s."""
 
     def __init__(self, time_constant):
         self.time_constant = time_constant
@@ -189,13 +192,6 @@ class SmoothedEta:
         weight = 1.0 - math.exp(-elapsed / self.time_constant) if self.time_constant > 0 else 1.0
         self._value, self._at = counted_down + weight * (estimate - counted_down), now
         return self._value
-
-
-def _clock(seconds):
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def static_figure_bundle(figure) -> dict:

@@ -14,13 +14,13 @@ from traitlets import Float
 from traitlets.config import Configurable
 
 from jupyter_dl.backends import horovod as backend
+from jupyter_dl.live.durations import format_duration
 from jupyter_dl.recommend.estimator import StepTimeEstimator
 from jupyter_dl.recommend.planner import (
     DeviceKind,
     Workload,
     candidates,
     choose,
-    clock,
     spec_devices,
     spec_step_time,
 )
@@ -46,8 +46,8 @@ class Recommendation:
                     f"{plan.ranks} {times} {plan.kind}",
                     str(plan.batch_size),
                     f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
-                    clock(plan.epoch_s),
-                    clock(plan.total_s),
+                    format_duration(plan.epoch_s),
+                    format_duration(plan.total_s),
                     _energy(plan.energy_j),
                     f"{plan.memory_bytes / 2**20:,.0f} MiB",
                     plan.basis,
@@ -136,7 +136,7 @@ class Advisor(Configurable):
             cluster = self.session.cluster
             if cluster.client is not None and len(cluster.engine_ids()) >= 2:
                 from jupyter_dl.kernel.job.work import FunctionWork
-                from jupyter_dl.kernel.options import RunOptions
+                from jupyter_dl.wire.options import RunOptions
 
                 # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
                 options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
@@ -182,7 +182,7 @@ class Advisor(Configurable):
     def probe_model(self, model, x, y, batch_size):
         """Profile a notebook model on one engine (its own copy) at 1, 2 and 4 times the batch size."""
         from jupyter_dl.kernel.job.work import FunctionWork
-        from jupyter_dl.kernel.options import RunOptions
+        from jupyter_dl.wire.options import RunOptions
 
         largest = batch_size * 4
         work = FunctionWork(

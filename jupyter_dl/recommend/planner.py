@@ -7,6 +7,7 @@ import math
 import pathlib
 from dataclasses import dataclass, field
 
+from jupyter_dl.live.durations import format_duration
 from jupyter_dl.recommend.estimator import allreduce_time, memory_bytes
 
 DEVICE_TABLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "devices.json"
@@ -125,14 +126,14 @@ def choose(plans, deadline_s=None, alternatives=3):
         chosen = min((p for p in meeting if p.energy_j <= lowest * 1.01), key=lambda p: (p.total_s, p.energy_j))
         headline = (
             "lowest energy"
-            + (f" within the deadline of {clock(deadline_s)}" if deadline_s else "")
+            + (f" within the deadline of {format_duration(deadline_s)}" if deadline_s else "")
             + f": {chosen.ranks} x {chosen.kind}"
         )
     else:
         chosen = min(fitting, key=lambda p: (p.total_s, p.energy_j))
         headline = (
-            f"no plan meets the deadline of {clock(deadline_s)}; the fastest takes {clock(chosen.total_s)}: "
-            f"{chosen.ranks} x {chosen.kind}"
+            f"no plan meets the deadline of {format_duration(deadline_s)}; "
+            f"the fastest takes {format_duration(chosen.total_s)}: {chosen.ranks} x {chosen.kind}"
         )
     others = []
     for pick in (
@@ -153,32 +154,10 @@ def choose(plans, deadline_s=None, alternatives=3):
 
 def _why_not(plan, chosen, deadline_s):
     if not plan.meets_deadline:
-        return f"misses the deadline by {clock(plan.total_s - deadline_s)}"
+        return f"misses the deadline by {format_duration(plan.total_s - deadline_s)}"
     energy = plan.energy_j / chosen.energy_j if chosen.energy_j else math.inf
     speed = chosen.total_s / plan.total_s if plan.total_s else math.inf
     if energy > 1.0:
-        faster = f", {speed:.2f}x as fast" if speed > 1.0 else f", and slower ({clock(plan.total_s)})"
+        faster = f", {speed:.2f}x as fast" if speed > 1.0 else f", and slower ({format_duration(plan.total_s)})"
         return f"{energy:.2f}x the energy{faster}"
-    return f"slower ({clock(plan.total_s)} against {clock(chosen.total_s)})"
-
-
-def clock(seconds):
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    seconds = max(0, int(round(seconds)))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def parse_duration(text: str) -> float:
-    """'30m', '2h', '90s', '1h30m' or plain seconds -> seconds."""
-    import re
-
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"a duration looks like 30m, 2h, 1h30m or 90s (got {text!r})")
-    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    return f"slower ({format_duration(plan.total_s)} against {format_duration(chosen.total_s)})"

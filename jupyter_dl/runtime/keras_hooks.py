@@ -22,6 +22,7 @@ from jupyter_dl.backends import horovod as backend
 from jupyter_dl.runtime import file_writes, lr_callbacks, stall_watch
 from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
 from jupyter_dl.wire.lr_scale import lr_scale_factor
+from jupyter_dl.wire.options import RunOptions
 
 _ROOT_ONLY_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
 
@@ -48,29 +49,13 @@ def _saving_functions():
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
-    def __init__(
-        self,
-        rank: int,
-        size: int,
-        lr_scale: str = "linear",
-        stream_metrics: bool = True,
-        checkpoint_dir: str | None = None,
-        attempt: int = 0,
-        balance: bool = False,
-        probe: bool = False,
-        batch_size: int | None = None,
-        lr_multiplier: float = 1.0,
-    ):
+    def __init__(self, rank: int, size: int, options: RunOptions, attempt: int = 0, balance: bool = False):
         self.rank = rank
         self.size = size
-        self.lr_scale = lr_scale
-        self.stream_metrics = stream_metrics
-        self.checkpoint_dir = checkpoint_dir
+        self.options = options  # the job's options, as the user gave them (wire/options.py)
         self.attempt = attempt  # 0 for a job's first run, then one more per restart
         self.balance = balance  # measure rank speeds at fit start and split the global batch by them
-        self.probe = probe  # profile the cell's fit instead of running it (--recommend)
-        self.batch_size = batch_size  # the recommended per-rank batch, replacing the cell's
-        self.updates = DistributedUpdates(lr_scale_factor(lr_scale, size) * lr_multiplier, rank)
+        self.updates = DistributedUpdates(lr_scale_factor(options.lr_scale, size) * options.lr_multiplier, rank)
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
@@ -145,12 +130,12 @@ class KerasHooks:
     def _fit(self, model, x, y, args, kwargs):
         from jupyter_dl.runtime.sharding import shard_fit_inputs
 
-        if self.probe:
+        if self.options.probe:  # --recommend: profile the cell's fit instead of running it
             from jupyter_dl.runtime.probe import probe_fit
 
             probe_fit(model, x, y, kwargs)  # raises ProbeDone with what it measured
-        if self.batch_size:
-            kwargs = dict(kwargs, batch_size=self.batch_size)
+        if self.options.batch_size:  # the recommended per-rank batch, replacing the cell's
+            kwargs = dict(kwargs, batch_size=self.options.batch_size)
 
         balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
         shares = {"validation": 1.0}
@@ -204,7 +189,7 @@ class KerasHooks:
         ]
         if checkpoint is not None:
             ours.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
-        if self.stream_metrics:
+        if self.options.stream_metrics:
             from jupyter_dl.runtime.metrics_callback import LiveMetrics
 
             batch_size, samples = _samples_per_epoch(x, kwargs)
@@ -274,13 +259,13 @@ class KerasHooks:
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
-        if not self.checkpoint_dir:
+        if not self.options.checkpoint_dir:
             return None, None
         from jupyter_dl.runtime.checkpoints import FitCheckpoint
 
         index = self._fits
         self._fits += 1
-        checkpoint = FitCheckpoint(self.checkpoint_dir, index)
+        checkpoint = FitCheckpoint(self.options.checkpoint_dir, index)
         found = None
         if self.rank == 0:
             # A restart of this job also restores fits it had finished; a new run only resumes an unfinished one.

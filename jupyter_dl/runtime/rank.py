@@ -121,7 +121,7 @@ def run(spec: RankSpec) -> dict:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
         keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
-        os.environ.update(spec.secrets)  # for this job only; removed below
+        os.environ.update(spec.secret_values)  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
         arrived = _trained_states(spec, namespace)
@@ -166,25 +166,14 @@ def run(spec: RankSpec) -> dict:
 
 def _hooks_for(spec: RankSpec):
     """Zero-code mode's Keras hooks for this rank, or None for a --manual cell (which gets the Keras 3 shim)."""
-    if spec.manual:
+    if spec.options.manual:
         from jupyter_dl.backends import horovod_keras3
 
         horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
         return None
     from jupyter_dl.runtime.keras_hooks import KerasHooks
 
-    return KerasHooks(
-        spec.rank,
-        spec.size,
-        spec.lr_scale,
-        spec.stream_metrics,
-        checkpoint_dir=spec.checkpoint_dir,
-        attempt=spec.attempt,
-        balance=spec.balance,
-        probe=spec.probe,
-        batch_size=spec.batch_size,
-        lr_multiplier=spec.lr_multiplier,
-    )
+    return KerasHooks(spec.rank, spec.size, spec.options, attempt=spec.attempt, balance=spec.balance_batches)
 
 
 def _exec_cell(spec: RankSpec, namespace):
@@ -234,7 +223,7 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
 def _leave_job(spec: RankSpec, previous_handler):
     """Clean up after the job, whatever happened. Leaving tells the peers: if we failed, they stop waiting on us in
     their next collective."""
-    for name in spec.secrets:
+    for name in spec.secret_values:
         os.environ.pop(name, None)
     try:
         backend.shutdown()

@@ -13,7 +13,7 @@ import socket
 from jupyter_dl.host.gpus import stats as gpu_stats  # noqa: F401  (the REST cluster view's GPU readings)
 from jupyter_dl.host.processes import pid_running
 
-# Clusters a jupyter-dl kernel starts are named after the kernel's pid (cluster.py): jupyter-dl-<pid>-<n>.
+# Clusters a jupyter-dl kernel starts are named after the kernel's pid (cluster/engines.py): jupyter-dl-<pid>-<n>.
 OWNER_PID = re.compile(r"^jupyter-dl-(\d+)-\d+$")
 
 

@@ -6,21 +6,32 @@ comes back from rank 0 is a rebuilt copy; copying its state into the notebook's 
 right. Where the objects do not fit (another architecture, a recompiled model), the copy replaces them instead.
 """
 
+from dataclasses import dataclass
+
 from jupyter_dl.wire import keras_objects
 
 
-def update(existing, arrived, payload, namespace) -> bool:
+@dataclass(frozen=True)
+class Namespaces:
+    """Where a custom loop's optimizer finds the variables it trains, by path: in the Keras objects of `arrived`
+    first, then in those of `receiver`."""
+
+    arrived: dict  # the values that came back with it (already rebuilt)
+    receiver: dict  # the receiving namespace (the notebook's)
+
+
+def update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     """Copy `arrived`'s state into `existing`; False (nothing changed) when they do not fit, or when copying failed
     (then the caller binds `arrived` instead, as before in-place updates)."""
     try:
-        return _update(existing, arrived, payload, namespace)
+        return _update(existing, arrived, payload, namespaces)
     except Exception:  # a Keras object this module did not foresee: the rebuilt copy is still right
         return False
 
 
-def _update(existing, arrived, payload, namespace) -> bool:
+def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     if keras_objects.is_optimizer(existing):
-        return _update_optimizer(existing, arrived, payload, namespace)
+        return _update_optimizer(existing, arrived, payload, namespaces)
     if type(existing) is not type(arrived) or not keras_objects.same_shapes(existing.variables, arrived.variables):
         return False
     if not _same_compile(existing, arrived):
@@ -59,14 +70,14 @@ def _without_learning_rate(config):
     return config
 
 
-def _update_optimizer(existing, arrived, payload, around) -> bool:
+def _update_optimizer(existing, arrived, payload, namespaces: Namespaces) -> bool:
     """A custom loop's optimizer: its state, over the receiver's copies of the variables it trains, found by path
-    in the models of `around` (dicts searched in order: what came back, then the receiving namespace)."""
+    in the models of `namespaces` (what came back first, then the receiving namespace)."""
     if type(existing) is not type(arrived) or payload.optimizer_state is None:
         return False
     variables = None
     if not existing.built:
-        tiers = [_variables_in(names) for names in around]
+        tiers = [_variables_in(names) for names in (namespaces.arrived, namespaces.receiver)]
         variables = [_first_match(tiers, path) for path in payload.optimizer_variable_paths or []]
         if not variables or any(v is None for v in variables):
             return False

@@ -296,7 +296,7 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
             continue
         existing = (namespace or {}).get(name) if name in in_place else None
         # Where an optimizer's variables are looked for: what came back first, then the receiving namespace.
-        around = (values, namespace or {})
+        around = in_place_update.Namespaces(arrived=values, receiver=namespace or {})
         updated = existing is not None and in_place_update.update(existing, value, keras_payload, around)
         if not updated and keras_objects.is_optimizer(value):
             # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.

@@ -7,6 +7,8 @@ by reference on its way to engines that have jupyter-dl installed.
 
 from dataclasses import dataclass, field
 
+from jupyter_dl.wire.options import RunOptions
+
 
 @dataclass
 class RankSpec:
@@ -20,17 +22,11 @@ class RankSpec:
     names_in: list = field(default_factory=list)  # shipped values the cell reads (held by the engine)
     names_out: list = field(default_factory=list)  # names the cell binds, sent back from rank 0
     job_name: str = ""
-    manual: bool = False  # the cell drives Horovod itself: no zero-code hooks
-    lr_scale: str = "linear"
-    stream_metrics: bool = True
-    checkpoint_dir: str | None = None
+    options: RunOptions = field(default_factory=RunOptions)  # the job's options, as declared in wire/options.py
     attempt: int = 0  # 0 the first run, then one more per --restarts restart
-    balance: bool = False
-    probe: bool = False  # --recommend: profile the cell's fit instead of running it
-    batch_size: int | None = None
-    lr_multiplier: float = 1.0
+    balance_batches: bool = False  # --balance, decided for this job: split the global batch by measured speed
     stall_s: float | None = None  # seconds in one collective before the rank reports a stall
     resource_interval: float = 0  # seconds between resource samples; 0: none
-    secrets: dict = field(default_factory=dict)  # name -> value, set in os.environ for this job only
+    secret_values: dict = field(default_factory=dict)  # --secret name -> value, in os.environ for this job only
     kernel_pid: int | None = None  # the rank stops itself if this kernel dies (same host only)
     kernel_host: str | None = None

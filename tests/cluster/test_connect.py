@@ -9,7 +9,7 @@ import pytest
 from jupyter_dl.errors import UsageError
 from jupyter_dl.kernel.api import Session
 from jupyter_dl.kernel.job.work import FunctionWork
-from jupyter_dl.kernel.options import RunOptions
+from jupyter_dl.wire.options import RunOptions
 
 
 def _rank_and_size():
@@ -35,7 +35,7 @@ def test_connect_by_cluster_file_runs_jobs_and_stop_only_disconnects(external_cl
     with pytest.raises(UsageError, match="no cluster found"):
         session.cluster.connect(profile="no-such-profile-jdl", cluster_id="nope")
     status = session.cluster.connect_file(external_cluster.cluster_file)
-    assert status["engines"] == 2 and status["owned"] is False
+    assert status.engines == 2 and status.owned is False
     result = session.runner.run(FunctionWork(_rank_and_size, all_ranks=True), RunOptions(n=2))
     assert result.results == [(0, 2), (1, 2)]
     with pytest.raises(UsageError, match="connected cluster has 2 engines"):

@@ -84,13 +84,13 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     import jupyter_dl  # noqa: F401  (the session above is the one the job runner uses)
     from jupyter_dl.kernel.job.work import FunctionWork
     from jupyter_dl.kernel.magics import format_status
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     status = session.cluster.status()
-    assert status["hosts"] == ["jdl-host-a", "jdl-host-b"] and status["engines"] == 4
-    assert [len(ids) for ids in status["engines_by_host"].values()] == [2, 2]
+    assert status.hosts == ["jdl-host-a", "jdl-host-b"] and status.engines == 4
+    assert [len(ids) for ids in status.engines_by_host.values()] == [2, 2]
     line = format_status(status)  # what %dl_cluster status prints: engines grouped by host
-    for host, ids in status["engines_by_host"].items():
+    for host, ids in status.engines_by_host.items():
         assert f"{host} (engines {ids[0]}, {ids[1]})" in line
     result = session.runner.run(
         FunctionWork(_train_and_report, kwargs=digits, all_ranks=True), RunOptions(n=4, timeout=600)
@@ -119,7 +119,7 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
 def test_a_host_that_cannot_reach_the_kernel_is_named_within_seconds(session):
     from jupyter_dl.errors import UsageError
     from jupyter_dl.kernel.job.work import FunctionWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     session.runner.rendezvous_address = "10.77.0.99"  # on the bridge's subnet, but nobody's address
     t = time.monotonic()
@@ -149,7 +149,7 @@ def test_balance_auto_gives_a_slowed_host_smaller_batches(session, digits, capsy
     """Host b's processes share a fifth of one CPU (a CFS quota, whatever else the machine runs): with ranks on
     several hosts, --balance auto (the default) measures every rank and gives host b's ranks smaller batches."""
     from jupyter_dl.kernel.job.work import CellWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     namespace = dict(digits)
     netns.slow_down(HOSTS[1][0], cpu_share=0.2)
@@ -191,7 +191,7 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
 
     from jupyter_dl.errors import HostLost
     from jupyter_dl.kernel.job.work import CellWork, FunctionWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     marker = str(tmp_path / "training")
     session.runner.collective_timeout = COLLECTIVE_TIMEOUT

@@ -18,7 +18,7 @@ import pytest
 
 from jupyter_dl.kernel.api import Session
 from jupyter_dl.kernel.job.work import FunctionWork
-from jupyter_dl.kernel.options import RunOptions
+from jupyter_dl.wire.options import RunOptions
 
 
 def _free_port():
@@ -135,7 +135,7 @@ def test_engines_started_by_slurm_run_a_horovod_job(slurm, tmp_path):
         session.cluster.client.wait_for_engines(2, timeout=120, interactive=False)
         result = session.runner.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
         assert [r[:2] for r in result.results] == [(0, 2), (1, 2)]
-        assert status["owned"] is False
+        assert status.owned is False
         session.cluster.stop()  # only disconnects
     finally:
         cluster.stop_cluster_sync()
@@ -189,7 +189,7 @@ def test_the_kernel_asks_slurm_for_all_its_engines_at_once_and_waits_in_its_queu
         assert expected in said, said
         subprocess.run(["scancel", blocker], check=True)
         starter.join(180)
-        assert started["status"]["engines"] == 2 and started["status"]["launcher"] == "slurm"
+        assert started["status"].engines == 2 and started["status"].launcher == "slurm"
         result = session.runner.run(FunctionWork(_rank_size_host, all_ranks=True), RunOptions(n=2))
         assert [r[:2] for r in result.results] == [(0, 2), (1, 2)]
     finally:

@@ -1,19 +1,19 @@
 """A cold start says how far the engines are: ensure(progress=...) hears "k/n engines registered" while a real
 local cluster starts, counting up, and the job's view gets the same lines through JobRun.tell."""
 
-from jupyter_dl.cluster.engines import ClusterManager
+from jupyter_dl.cluster.engines import EngineCluster
 
 
 def test_engine_count_is_reported_while_a_cluster_starts():
     heard = []
-    manager = ClusterManager()
+    cluster = EngineCluster()
     try:
-        manager.ensure(2, progress=heard.append)
-        assert len(manager.engine_ids()) >= 2
+        cluster.ensure(2, progress=heard.append)
+        assert len(cluster.engine_ids()) >= 2
         told = len(heard)
-        manager.ensure(2)  # a later call without progress: the first call's listener hears nothing more
+        cluster.ensure(2)  # a later call without progress: the first call's listener hears nothing more
     finally:
-        manager.stop()
+        cluster.stop()
     counts = [int(text.split("/")[0].rsplit(" ", 1)[-1]) for text in heard]
     assert heard and all(text.endswith("/2 engines registered") for text in heard), heard
     assert counts == sorted(counts) and counts[0] < 2, heard  # counting up, from before all had registered

@@ -184,7 +184,7 @@ def test_bad_input_starts_no_cluster():
     from jupyter_dl.errors import UsageError
     from jupyter_dl.kernel.api import Session
     from jupyter_dl.kernel.job.work import CellWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     fresh = Session()
     with pytest.raises(UsageError):

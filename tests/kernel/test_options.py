@@ -9,15 +9,8 @@ import os
 import pytest
 
 from jupyter_dl.errors import UsageError
-from jupyter_dl.kernel.options import (
-    BACKENDS,
-    BALANCE,
-    LR_SCALES,
-    OUTPUTS,
-    RunOptions,
-    distribute_parser,
-    parse_distribute_line,
-)
+from jupyter_dl.kernel.options import distribute_parser, parse_distribute_line
+from jupyter_dl.wire.options import BACKENDS, BALANCE, LR_SCALES, OUTPUTS, RunOptions
 
 pytestmark = pytest.mark.fast  # the quick tier: needs no engines, server or browser
 
@@ -354,3 +347,86 @@ def test_manual_checkpoint_dir_refused_before_the_path_is_resolved():
     with pytest.raises(UsageError, match="--manual turns off"):
         opts.validate()
     assert opts.checkpoint_dir == "rel/dir"
+
+
+# ------------------------------------------------------------------------------------- one declaration, every way in
+def test_every_user_option_reaches_the_magic_the_api_and_their_help():
+    """Each option declared in wire/options.py is a flag of the parser (unless API-only), a keyword of distribute()
+    with the same default, and documented in both `%%distribute?` and help(distribute)."""
+    import inspect
+
+    from jupyter_dl.kernel import api
+    from jupyter_dl.kernel.magics import DistributeMagics
+    from jupyter_dl.wire.options import user_options
+
+    declared = user_options()
+    assert len(declared) >= 15
+    parser_dests = {action.dest for action in distribute_parser()._actions}
+    signature = inspect.signature(api.distribute).parameters
+    magic_doc, api_doc = DistributeMagics.distribute.__doc__, api.distribute.__doc__
+    defaults = RunOptions()
+    for name, flag in declared:
+        assert name in signature, name
+        expected = None if flag.python_default_differs else getattr(defaults, name)
+        assert signature[name].default == expected, name
+        assert f"{name} (" in api_doc or f"{name}:" in api_doc, name
+        if flag.flags:
+            assert name in parser_dests, name
+            assert all(spelling in magic_doc for spelling in flag.flags), name
+            assert flag.help.split(";")[0].split()[0] in magic_doc, name
+
+
+def test_distribute_refuses_an_unknown_option_in_one_line_before_anything_starts():
+    from jupyter_dl.kernel import api
+
+    with pytest.raises(UsageError) as info:
+        api.distribute("x = 1", 2, lr_scaling="sqrt")
+    assert str(info.value).startswith("distribute() has no option 'lr_scaling'; its options are: ")
+    assert "lr_scale" in str(info.value) and "\n" not in str(info.value)
+    assert api._session is None or not api._session.jobs.all()  # nothing was started or recorded
+
+
+def test_the_api_converts_what_python_callers_write():
+    """distribute()'s values take the same checks as the line's; a duration may be text, secrets any iterable."""
+    from jupyter_dl.kernel.options import options_from_python
+
+    options = options_from_python({"recommend": True, "deadline": "1h30m", "secrets": ["A_KEY"]})
+    assert (options.deadline, options.secrets) == (5400.0, ("A_KEY",))
+    with pytest.raises(UsageError, match="^--lr-scale must be one of linear, sqrt, none"):
+        options_from_python({"lr_scale": "cubic"})
+
+
+def test_the_ranks_read_the_options_object_the_user_gave():
+    """The rank spec carries the job's RunOptions as they are: no field is copied by hand on the way."""
+    import dataclasses
+
+    from jupyter_dl.wire.options import user_options
+    from jupyter_dl.wire.spec import RankSpec
+
+    spec_fields = {f.name for f in dataclasses.fields(RankSpec)}
+    assert "options" in spec_fields
+    copied = {name for name, _ in user_options()} & spec_fields
+    assert copied == set(), f"copied into RankSpec besides options: {copied}"
+
+
+def test_every_magic_shows_its_parsers_help():
+    """`%dl_jobs?` and the others show what their parser accepts, usage and every option with its help: the usage
+    is written once, in the parser."""
+    from jupyter_dl.kernel.magics import DistributeMagics
+
+    magics = {**DistributeMagics.magics["line"], **DistributeMagics.magics["cell"]}
+    assert set(magics) >= {
+        "distribute",
+        "dl_cluster",
+        "dl_jobs",
+        "dl_compare",
+        "lr_find",
+        "dl_recommend",
+        "dl_template",
+    }
+    for name, method in magics.items():
+        doc = getattr(DistributeMagics, method).__doc__ or ""
+        prefix = "%%" if name == "distribute" else "%"
+        assert doc.startswith(f"usage: {prefix}{name}"), (name, doc[:80])
+    cluster_doc = DistributeMagics.dl_cluster.__doc__
+    assert "usage: %dl_cluster start" in cluster_doc and "--cluster-file FILE" in cluster_doc

@@ -83,11 +83,12 @@ trained = True
 
 def test_too_many_ranks_for_this_machine_are_refused_before_anything_starts(dl_session):
     import jupyter_dl
+    from jupyter_dl.cluster.size_checks import cpu_rank_limit
     from jupyter_dl.kernel import api
 
     engines_before = len(dl_session.cluster.engine_ids())
     jobs_before = len(api.session().jobs.all())
-    limit = dl_session.cluster.cpu_rank_limit()
+    limit = cpu_rank_limit(dl_session.cluster.max_cpu_ranks)
     assert limit == 2 * os.cpu_count()
     with pytest.raises(UsageError, match=rf"more than this machine can run.*at most {limit} ranks.*connect a bigger"):
         jupyter_dl.distribute("x = 1\n", n=99, namespace={})
@@ -96,9 +97,9 @@ def test_too_many_ranks_for_this_machine_are_refused_before_anything_starts(dl_s
 
 
 def test_local_cluster_start_refuses_too_many_cpu_engines():
-    from jupyter_dl.cluster.engines import ClusterManager
+    from jupyter_dl.cluster.engines import EngineCluster
 
-    cluster = ClusterManager()
+    cluster = EngineCluster()
     with pytest.raises(UsageError, match="more than this machine can run"):
         cluster.start(n=64)
     assert cluster.client is None and cluster.cluster is None

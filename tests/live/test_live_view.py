@@ -242,20 +242,18 @@ def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
 
 
 def test_the_job_runner_tells_the_view_each_phase(dl_session):
+    from jupyter_dl.kernel.job.observer import QuietObserver
     from jupyter_dl.kernel.job.work import CellWork
-    from jupyter_dl.kernel.options import RunOptions
+    from jupyter_dl.wire.options import RunOptions
 
     heard = []
 
-    class Recorder:
+    class Recorder(QuietObserver):  # updates are not recorded
         def status(self, text):
             heard.append(("status", text))
 
         def started(self, job):
             heard.append(("started", job.n))
-
-        def update(self, state, force=False):
-            pass
 
         def finished(self, job, state):
             heard.append(("finished", job.state))

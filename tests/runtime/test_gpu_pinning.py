@@ -11,8 +11,8 @@ import pytest
 from jupyter_dl.host import gpus
 from jupyter_dl.kernel.api import Session
 from jupyter_dl.kernel.job.work import FunctionWork
-from jupyter_dl.kernel.options import RunOptions
 from jupyter_dl.pool.local import LocalPool
+from jupyter_dl.wire.options import RunOptions
 
 
 def _pinning():
@@ -33,7 +33,7 @@ def two_gpu_session(monkeypatch, tmp_path):
 def test_ranks_run_on_the_engines_of_the_gpus_the_pool_granted(two_gpu_session, tmp_path):
     session = two_gpu_session
     status = session.cluster.start()
-    assert status["engines"] == 2 and status["gpus"] == ["0", "1"]  # one engine per GPU, each pinned at start
+    assert status.engines == 2 and status.gpus == ["0", "1"]  # one engine per GPU, each pinned at start
 
     other_notebook = LocalPool(state_file=str(tmp_path / "pool.json"))
     held = other_notebook.submit(1, allowed=[(socket.gethostname(), 0)])

@@ -2,6 +2,9 @@
 
 import math
 import time
+from collections.abc import Sequence
+
+from jupyter_dl.kernel.job.observer import JobObserver
 
 
 class MetricsFeed:
@@ -12,12 +15,12 @@ class MetricsFeed:
     CANCEL_CHECK_INTERVAL = 0.2
     SPARKLINE_POINTS = 60
 
-    def __init__(self, job, collector, state, observers, store, ars, redact):
+    def __init__(self, job, collector, state, observers: Sequence[JobObserver], store, ars, redact):
         self.job, self.collector, self.state, self.observers, self.store = job, collector, state, observers, store
         self.ars, self.redact = ars, redact
         self._logs_at = self._cancel_at = -math.inf  # never: monotonic time starts near 0 at boot
-        self._logged = {}  # (stream, rank) -> length of the text last written
-        self.stalls = {}  # rank -> its stall report
+        self._logged: dict[tuple[str, int], int] = {}  # (stream, rank) -> length of the text last written
+        self.stalls: dict[int, dict] = {}  # rank -> its stall report
 
     def pump(self, final=False):
         records = self.collector.poll()

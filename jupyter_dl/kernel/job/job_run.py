@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,11 @@ from jupyter_dl.wire.spec import RankSpec
 
 if TYPE_CHECKING:  # annotations only: the live view's state imports nothing heavy, but keep this module light
     from jupyter_dl.jobs.model import Job
+    from jupyter_dl.kernel.job.observer import JobObserver
     from jupyter_dl.kernel.job.work import Shipment
-    from jupyter_dl.kernel.options import RunOptions
     from jupyter_dl.kernel.secrets import Redactor
     from jupyter_dl.live.state import TrainingState
+    from jupyter_dl.wire.options import RunOptions
 
 
 @dataclass
@@ -28,7 +30,7 @@ class JobRun:
     secrets: dict = field(default_factory=dict)  # --secret values, set on the ranks for this job only
     stdout: Any = None  # where rank output is relayed (None: this process's)
     stderr: Any = None
-    observers: tuple = ()  # started(job), update(state), finished(job, state), maybe status(text)
+    observers: Sequence[JobObserver] = ()  # the live view, told each phase, start, update and the end
     granted: list | None = None  # the GPUs the pool granted, as (host, gpu) pairs
     attempt: int = 0  # 0 the first run, then one more per --restarts restart
     # The last attempt's timings (time.perf_counter()) and the names it shipped, for job.timings.
@@ -37,10 +39,9 @@ class JobRun:
     shipped: list = field(default_factory=list)
 
     def tell(self, text):
-        """Say what the job is doing before its first step, to observers that show it (LiveView.status)."""
+        """Say what the job is doing before its first step, to the observers (JobObserver.status)."""
         for observer in self.observers:
-            if hasattr(observer, "status"):
-                observer.status(text)
+            observer.status(text)
 
     def timings(self, started_at, outcomes) -> dict:
         """Where the job's time went, kernel side (from `started_at`, a perf_counter) and per rank."""
@@ -59,21 +60,15 @@ class JobRun:
             size=size,
             names_in=self.shipment.names_in,
             names_out=self.shipment.names_out,
-            manual=options.manual,
-            lr_scale=options.lr_scale,
             job_name=job.name,
-            stream_metrics=options.stream_metrics,
-            secrets=self.secrets,
+            options=options,
+            secret_values=self.secrets,
             kernel_pid=job.kernel_pid,
             kernel_host=job.kernel_host,
             stall_s=stall_s if options.stall_timeout is None else options.stall_timeout,
-            checkpoint_dir=options.checkpoint_dir,
             attempt=self.attempt,
             # Same-host ranks share one kind of device here; across hosts speeds may differ (--balance auto).
-            balance=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
-            probe=options.probe,
-            batch_size=options.batch_size,
-            lr_multiplier=options.lr_multiplier,
+            balance_batches=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
             resource_interval=resource_interval,
         )
         if isinstance(self.work, CellWork):

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
@@ -23,15 +24,16 @@ from jupyter_dl.kernel.job import placement
 from jupyter_dl.kernel.job.feed import MetricsFeed
 from jupyter_dl.kernel.job.job_run import JobRun
 from jupyter_dl.kernel.job.monitor import Monitor
+from jupyter_dl.kernel.job.observer import JobObserver
 from jupyter_dl.kernel.job.route import route
 from jupyter_dl.kernel.job.work import CellWork, RunResult, prepare
-from jupyter_dl.kernel.options import RunOptions
 from jupyter_dl.kernel.output import OutputRelay
 from jupyter_dl.live.collector import MetricsCollector
 from jupyter_dl.live.state import TrainingState
 from jupyter_dl.pool.choice import PoolChoice
 from jupyter_dl.pool.local import LocalPool
 from jupyter_dl.wire import payload, remote
+from jupyter_dl.wire.options import RunOptions
 
 
 class JobRunner(Configurable):
@@ -126,9 +128,11 @@ class JobRunner(Configurable):
         if not self._backend_checked:
             threading.Thread(target=check_quietly, daemon=True, name="jdl-warm-up").start()
 
-    def run(self, work, options: RunOptions, stdout=None, stderr=None, observers=()) -> RunResult:
-        """Run the work on the cluster. Observers get started(job), update(state) while it runs, and
-        finished(job, state) at the end, whatever the outcome."""
+    def run(
+        self, work, options: RunOptions, stdout=None, stderr=None, observers: Sequence[JobObserver] = ()
+    ) -> RunResult:
+        """Run the work on the cluster, telling the observers each phase, the start, each update and the end
+        (whatever the outcome; see kernel/job/observer.py)."""
         options.validate()
         if not self._backend_checked:
             backend.check_installed()
