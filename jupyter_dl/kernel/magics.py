@@ -162,32 +162,32 @@ def _compare_parser():
     return p
 
 
-def _lr_find_parser():
-    p = Parser(
-        prog="%lr_find",
-        add_help=False,
-        description="Learning-rate range test: plots loss against learning rate and returns the suggestion.",
-    )
-    p.add_argument("model")
+def _model_parser(prog, description):
+    """The start both model magics share: MODEL --data X,Y [--batch-size B]."""
+    p = Parser(prog=prog, add_help=False, description=description)
+    p.add_argument("model", help="the name of a compiled Keras model in the notebook")
     p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32)
+    return p
+
+
+def _lr_find_parser():
+    p = _model_parser(
+        "%lr_find", "Learning-rate range test: plots loss against learning rate and returns the suggestion."
+    )
     p.add_argument("--start-lr", dest="start_lr", type=float, default=1e-7)
     p.add_argument("--end-lr", dest="end_lr", type=float, default=10.0)
     p.add_argument("--steps", type=positive_int, default=100)
-    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32)
     p.add_argument("-n", type=positive_int, default=None, help="ranks (default: the cluster's engines, if any)")
     return p
 
 
 def _recommend_parser():
-    p = Parser(
-        prog="%dl_recommend",
-        add_help=False,
-        description="The recommended devices, per-rank batch and learning rate for training MODEL, with alternatives.",
+    p = _model_parser(
+        "%dl_recommend",
+        "The recommended devices, per-rank batch and learning rate for training MODEL, with alternatives.",
     )
-    p.add_argument("model")
-    p.add_argument("--data", required=True, metavar="X,Y", help="names of the inputs and targets")
     p.add_argument("--epochs", type=positive_int, default=1)
-    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32)
     p.add_argument("--deadline", type=duration, default=None, metavar="30m")
     p.add_argument("--no-probe", dest="probe", action="store_false", help="estimate only, no engine probe")
     return p

@@ -1,5 +1,6 @@
 """Thin tornado handlers over JobService. Every handler requires an authenticated user; errors are
-JSON `{code, message}` with the matching HTTP status."""
+JSON `{code, message}` with the matching HTTP status: a handler lets a ServiceError (or tornado's HTTPError)
+propagate, and _Base.write_error, the one translator, writes it."""
 
 import json
 import os
@@ -30,6 +31,8 @@ class _Base(APIHandler):
         return self.current_user.username
 
     def write_error(self, status_code, **kwargs):
+        """Every error reply: a ServiceError a handler let through (its own status, code and message), or tornado's
+        (an HTTPError, such as the 403 of a user without access, or 500 for anything unexpected)."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, ServiceError):
             status_code, code, message = exc.status, exc.code, exc.message
@@ -40,22 +43,20 @@ class _Base(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"code": code, "message": message}))
 
+    def log_exception(self, typ, value, tb):
+        """A ServiceError is an answer (no such job, a bad argument), not a failure of the server: no traceback in
+        the log; the request line records its status."""
+        if not isinstance(value, ServiceError):
+            super().log_exception(typ, value, tb)
+
     def _call(self, fn, *args, status=200, **kwargs):
-        try:
-            result = fn(*args, **kwargs)
-        except ServiceError as exc:
-            self.set_status(exc.status)
-            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        result = fn(*args, **kwargs)
         self.set_status(status)
         return self.finish(json.dumps(result, default=str))
 
     def _call_with_figures(self, fn, *args, **kwargs):
         """Like _call, for replies holding plotly figures: plotly's own encoder writes them (numpy arrays, dates)."""
-        try:
-            result = fn(*args, **kwargs)
-        except ServiceError as exc:
-            self.set_status(exc.status)
-            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        result = fn(*args, **kwargs)
         return self.finish(json.dumps(result, cls=_figure_encoder()))
 
 
@@ -128,11 +129,7 @@ class ModelDownloadHandler(_Base):
     @web.authenticated
     @authorized
     async def get(self, job_id, name):
-        try:
-            path = self.service.model_file(job_id, name, viewer=self.viewer)
-        except ServiceError as exc:
-            self.set_status(exc.status)
-            return self.finish(json.dumps({"code": exc.code, "message": exc.message}))
+        path = self.service.model_file(job_id, name, viewer=self.viewer)
         self.set_header("Content-Type", "application/octet-stream")
         self.set_header("Content-Disposition", f'attachment; filename="{job_id}-{name}.keras"')
         self.set_header("Content-Length", str(path.stat().st_size))

@@ -2,6 +2,7 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStateDB } from '@jupyterlab/statedb';
 import { URLExt } from '@jupyterlab/coreutils';
 
 import { JobsApi } from './api';
@@ -71,13 +72,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Distributed deep learning from notebooks: the distributed jobs sidebar.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer],
+  optional: [ICommandPalette, ISettingRegistry, ILayoutRestorer, IStateDB],
   activate: (
     app: JupyterFrontEnd,
     rendermime: IRenderMimeRegistry,
     palette: ICommandPalette | null,
     settingRegistry: ISettingRegistry | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    state: IStateDB | null
   ) => {
     const api = new JobsApi();
     const config: ITabConfig = { ...DEFAULT_CONFIG };
@@ -85,7 +87,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new JobsModel({
       api,
       interval: config.pollInterval,
-      isVisible: () => panel !== null && panel.isVisible
+      isVisible: () => panel !== null && panel.isVisible,
+      state
     });
     const ctx: ICommandContext = { app, api, model, trackers: createTabTrackers(), config, rendermime };
     addCommands(ctx);

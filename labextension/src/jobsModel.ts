@@ -1,6 +1,7 @@
 /**
  * The jobs list and cluster state, polled from the server while someone looks at them.
  */
+import { IStateDB } from '@jupyterlab/statedb';
 import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -21,6 +22,9 @@ export namespace JobsModel {
     interval?: number;
     /** Whether anyone is looking; the poll stands by otherwise (and while the browser tab is hidden). */
     isVisible?: () => boolean;
+    /** JupyterLab's state database, where the jobs cleared from the panel are kept; without it they come back on
+     * reload. */
+    state?: IStateDB | null;
   }
 }
 
@@ -28,6 +32,8 @@ export class JobsModel implements IDisposable {
   constructor(options: JobsModel.IOptions) {
     this.api = options.api;
     this._isVisible = options.isVisible ?? (() => true);
+    this._state = options.state ?? null;
+    this._restored = this._restoreHidden();
     const interval = Math.max(MIN_POLL_INTERVAL, options.interval ?? DEFAULT_POLL_INTERVAL);
     this._poll = new Poll({
       auto: true,
@@ -164,6 +170,7 @@ export class JobsModel implements IDisposable {
   }
 
   private async _fetch(): Promise<void> {
+    await this._restored; // the first list shown already leaves the cleared jobs out
     const [jobs, cluster] = await Promise.allSettled([this.api.listJobs(), this.api.cluster()]);
     if (cluster.status === 'fulfilled') {
       this._cluster = {
@@ -212,27 +219,40 @@ export class JobsModel implements IDisposable {
   private _error: string | null = null;
   private _cluster: IClusterInfo | null = null;
   private _clusterError: string | null = null;
-  private _saveHidden(): void {
-    try {
-      window.localStorage.setItem(HIDDEN_KEY, JSON.stringify([...this._hidden]));
-    } catch {
-      // No storage (private mode): cleared jobs come back on reload.
+  private _state: IStateDB | null;
+  private _restored: Promise<void>;
+
+  /** Reads the cleared jobs kept in the state database (never rejects: none read, none hidden). */
+  private async _restoreHidden(): Promise<void> {
+    if (!this._state) {
+      return;
     }
+    try {
+      const ids = readClearedIds(await this._state.fetch(CLEARED_JOBS_KEY));
+      if (ids.length) {
+        this._hidden = new Set([...ids, ...this._hidden]);
+        this._changed.emit();
+      }
+    } catch (reason) {
+      console.warn('jupyter-dl: cannot read the cleared jobs', reason);
+    }
+  }
+
+  private _saveHidden(): void {
+    this._state?.save(CLEARED_JOBS_KEY, [...this._hidden]).catch(reason => {
+      console.warn('jupyter-dl: cannot keep the cleared jobs', reason); // they come back on reload
+    });
   }
 
   private _cancelling = new Set<string>();
   private _stopping = new Set<string>();
-  private _hidden = new Set<string>(loadHidden());
+  private _hidden = new Set<string>();
 }
 
-/** Where the ids of jobs cleared from the panel are kept, per browser. */
-const HIDDEN_KEY = 'jupyter-dl:cleared-jobs';
+/** The state database key of the ids of jobs cleared from the panel (kept in the workspace). */
+export const CLEARED_JOBS_KEY = 'jupyter-dl:cleared-jobs';
 
-function loadHidden(): string[] {
-  try {
-    const ids = JSON.parse(window.localStorage.getItem(HIDDEN_KEY) ?? '[]');
-    return Array.isArray(ids) ? ids.filter(id => typeof id === 'string') : [];
-  } catch {
-    return [];
-  }
+/** The job ids in a value read from the state database: anything else reads as none. */
+export function readClearedIds(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((id): id is string => typeof id === 'string') : [];
 }

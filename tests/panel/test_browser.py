@@ -790,9 +790,26 @@ def _saved_layout(lab, keys, absent=(), timeout=30):
         time.sleep(0.3)
 
 
+def _saved_state(lab, key, until, timeout=30):
+    """What the workspace the server keeps holds under a state database key, once `until(value)` (or the timeout)."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while True:
+        data = requests.get(
+            f"{lab['url']}/lab/api/workspaces/default",
+            headers={"Authorization": f"token {lab['token']}"},
+            timeout=10,
+        ).json()["data"]
+        if until(data.get(key)) or time.monotonic() > deadline:
+            return data.get(key)
+        time.sleep(0.3)
+
+
 def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
     """Logs, loss and compare tabs open when the page reloads are open again after it (the layout restorer opens
-    them through their commands), under the same ids and titles, and their content loads. Reloads the page: last."""
+    them through their commands), under the same ids and titles, and their content loads; jobs cleared from the panel
+    stay cleared (JupyterLab's state database keeps them in the workspace). Reloads the page: last."""
     ARTIFACTS.mkdir(exist_ok=True)
     store = _store(lab)
     first, second = _kept_job(store, "restore-a"), _kept_job(store, "restore-b")
@@ -826,6 +843,15 @@ def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
     keys = [f"jupyter-dl-logs:{first.id}", f"jupyter-dl-loss:{first.id}", f"jupyter-dl-compare:{','.join(ids)}"]
     saved = _saved_layout(lab, keys, absent=["notebook:sub dir/other.ipynb"])
     assert all(key in saved for key in keys) and "notebook:sub dir/other.ipynb" not in saved, saved[-3000:]
+    # An earlier test leaves two rows selected: the header's Compare button then pushes Clear finished past the
+    # sidebar's edge, under the main area's tab bar, which would take a pointer click. Click it in the page.
+    panel.locator("button.jp-dl-clear-finished").dispatch_event("click")
+    show_cleared = panel.locator("button.jp-dl-show-cleared")
+    show_cleared.wait_for(timeout=10_000)
+    cleared = show_cleared.inner_text()
+    assert row.count() == 0
+    kept = _saved_state(lab, "jupyter-dl:cleared-jobs", until=lambda ids: bool(ids) and first.id in ids)
+    assert kept and {first.id, second.id} <= set(kept), kept
 
     page.reload()
     # The notebook comes back too, behind whichever tab was in front.
@@ -844,4 +870,11 @@ def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
     compare.locator(".js-plotly-plot").wait_for(timeout=30_000)
     compare.locator('tr[data-name="loss"]').wait_for(timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / "tabs-after-reload.png"))
+    # The cleared jobs are still cleared; Show brings them back.
+    panel = _open_panel(page)
+    panel.locator("button.jp-dl-show-cleared", has_text=cleared).wait_for(timeout=30_000)
+    assert row.count() == 0
+    panel.locator("button.jp-dl-show-cleared").dispatch_event("click")
+    row.wait_for(timeout=10_000)
+    assert _saved_state(lab, "jupyter-dl:cleared-jobs", until=lambda ids: ids == []) == []
     _no_error_dialog(page)
