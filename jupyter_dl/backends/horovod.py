@@ -8,6 +8,7 @@ Two halves, imported lazily so neither side pays for the other:
 import contextlib
 import os
 
+NAME = "horovod"
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
 
 
@@ -69,7 +70,7 @@ class Rendezvous:
     """A gloo rendezvous server in the kernel for one job; ranks find each other through it. It listens on every
     address of this host; which one the ranks use is decided afterwards (kernel/job/route.py), once it runs."""
 
-    def __init__(self, hosts_by_rank, timeout_s):
+    def __init__(self, hosts_by_rank, timeout_s, client=None, ids=()):
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.gloo_run import create_slot_env_vars
         from horovod.runner.http.http_server import RendezvousServer
@@ -114,8 +115,9 @@ class Rendezvous:
 # ----------------------------------------------------------------------------------------------- engine side
 
 
-def init(environment: dict):
-    """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn."""
+def init(environment: dict) -> bool:
+    """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn. Objects built
+    before stay valid (returns False: nothing to rebuild)."""
     with _native_stderr_muted():  # TensorFlow's start-up chatter would land in the first job's cell
         import horovod.tensorflow as hvd
 
@@ -123,10 +125,10 @@ def init(environment: dict):
         hvd.shutdown()
     os.environ.update(environment)
     hvd.init()
-    return hvd.rank(), hvd.size()
+    return False
 
 
-def shutdown():
+def shutdown(failed=False):
     """Leave the job. Horovod tells every other rank, so peers blocked in a collective get an error, not a hang."""
     import horovod.tensorflow as hvd
 

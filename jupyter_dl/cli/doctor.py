@@ -1,5 +1,6 @@
 """`jupyter-dl doctor`: one table of what jupyter-dl needs and what this environment has, with the fix for each
-failing line. Exit 1 when something blocks jobs (FAIL); warnings (sidebar, NCCL) do not.
+failing line, and last which backend `--backend auto` uses here. Exit 1 when something blocks jobs (FAIL);
+warnings do not (sidebar, NCCL, and Horovod: without it zero-code cells run on TensorFlow's collectives).
 
 `load_hint()` is the cheap version `%load_ext jupyter_dl` runs: module lookups only, no TensorFlow import."""
 
@@ -14,30 +15,20 @@ from traitlets.config import Application
 
 from jupyter_dl._version import __version__
 from jupyter_dl.cli.checks import FAIL, INFO, OK, WARN, Check, dist_version, pip_command, version_tuple
-from jupyter_dl.cli.stack_checks import finish_probe, stack_checks, start_probe
+from jupyter_dl.cli.stack_checks import auto_backend, finish_probe, stack_checks, start_probe
 
 MIN_IPP = (9, 2)
 MIN_PY = (3, 10)
 
 
-def _horovod_has_tf_ops():
-    """Horovod's TF ops library exists (the wheel was built WITH_TENSORFLOW): a file lookup, no import."""
-    spec = importlib.util.find_spec("horovod")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    return any(any((Path(d) / "tensorflow").glob("mpi_lib*.so")) for d in spec.submodule_search_locations)
-
-
 def load_hint(stream=None):
-    """One line on stderr when something essential for jobs is missing; silent otherwise (runs at %load_ext)."""
-    missing = [name for name in ("tensorflow", "ipyparallel", "horovod") if importlib.util.find_spec(name) is None]
-    if "horovod" not in missing and not _horovod_has_tf_ops():
-        missing.append("Horovod's TensorFlow ops")
+    """One line on stderr when something essential for jobs is missing; silent otherwise (runs at %load_ext).
+    Horovod is not essential: without it the first job says it runs on TensorFlow's collectives."""
+    missing = [name for name in ("tensorflow", "ipyparallel") if importlib.util.find_spec(name) is None]
     if missing:
         print(
             f"[jupyter-dl] {', '.join(missing)} not found in this kernel's environment: %%distribute cannot run "
-            f"jobs yet. Run `jupyter-dl doctor` in a terminal for what to install (Horovod: "
-            f"`jupyter-dl install-horovod`).",
+            f"jobs yet. Run `jupyter-dl doctor` in a terminal for what to install.",
             file=stream or sys.stderr,
         )
     return missing
@@ -196,6 +187,7 @@ def pool_check(url, source, timeout):
 
 
 def run_checks(pool_url="", timeout=5.0, probe_timeout=180.0):
+    """(the table's checks, the line saying which backend `--backend auto` uses)."""
     proc = start_probe()  # the slow part (TensorFlow import) runs while the rest is read
     try:
         checks = [python_check(), ipyparallel_check(), *extension_checks()]
@@ -203,7 +195,7 @@ def run_checks(pool_url="", timeout=5.0, probe_timeout=180.0):
         checks.append(pool_check(url, source, timeout))
     finally:
         probe = finish_probe(proc, probe_timeout)
-    return [checks[0], *stack_checks(probe), *checks[1:]]
+    return [checks[0], *stack_checks(probe), *checks[1:]], auto_backend(probe)[1]
 
 
 def format_table(checks):
@@ -239,7 +231,7 @@ class DoctorApp(Application):
                 file=sys.stderr,
             )
             return 2
-        checks = run_checks(self.pool_url, self.timeout, self.probe_timeout)
+        checks, backend = run_checks(self.pool_url, self.timeout, self.probe_timeout)
         print(format_table(checks))
         failed = [c.name for c in checks if c.status == FAIL]
         if failed:
@@ -247,7 +239,8 @@ class DoctorApp(Application):
                 f"\n{len(failed)} problem(s) block jobs: {', '.join(failed)}. Apply the fixes above, then run "
                 f"`jupyter-dl doctor` again."
             )
-            return 1
-        warned = sum(c.status == WARN for c in checks)
-        print("\nready: %%distribute can run jobs" + (f" ({warned} warning(s) above)" if warned else ""))
-        return 0
+        else:
+            warned = sum(c.status == WARN for c in checks)
+            print("\nready: %%distribute can run jobs" + (f" ({warned} warning(s) above)" if warned else ""))
+        print(backend)
+        return 1 if failed else 0

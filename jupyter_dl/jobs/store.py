@@ -141,7 +141,8 @@ class JobStore(Configurable):
         path = self.job_dir(job_id) / "logs" / f"rank{rank}.{stream}.log"
         if not path.exists():
             return ""
-        with open(path, encoding="utf-8", errors="replace") as f:
+        # newline="\n": a progress bar's carriage returns reach the reader as written (the panel collapses them).
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
             if tail is None:
                 return f.read()
             return "".join(deque(f, maxlen=tail))

@@ -8,7 +8,7 @@ and catches the cases nobody thought of.
 
 import numpy as np
 
-from jupyter_dl.backends import horovod as backend
+from jupyter_dl.runtime.job_backend import backend
 
 # Ranks whose fingerprints differ by more than this (relative) trained apart. Averaged gradients give bit-identical
 # updates on identical devices; the slack covers summation order on other hardware.
@@ -58,8 +58,8 @@ def check(groups: dict, updated_ids: set) -> list:
     difference, whether a hooked optimizer updated it). Every rank must call it, in the same place."""
     mine = {label: fingerprint(variables) for label, variables in groups.items()}
     trained = {label: any(id(v) in updated_ids for v in variables) for label, variables in groups.items()}
-    everyone = backend.allgather_object(mine, name="jdl.fingerprint")
-    if backend.rank_and_size()[0] != 0:
+    everyone = backend().allgather_object(mine, name="jdl.fingerprint")
+    if backend().rank_and_size()[0] != 0:
         return []
     apart = []
     for label, reference in mine.items():

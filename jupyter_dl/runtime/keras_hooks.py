@@ -18,8 +18,8 @@ import itertools
 import math
 import sys
 
-from jupyter_dl.backends import horovod as backend
 from jupyter_dl.runtime import file_writes, lr_callbacks, stall_watch
+from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
 from jupyter_dl.wire.lr_scale import lr_scale_factor
 from jupyter_dl.wire.options import RunOptions
@@ -90,13 +90,13 @@ class KerasHooks:
                     return original(model, *args, **kwargs) if hooks.rank == 0 or hooks._saving else None
                 path = str(args[0] if args else kwargs.get("filepath", ""))
                 k = next(hooks._saves)
-                shared = backend.broadcast_object(path, name=f"jdl.save.{k}") == path
+                shared = backend().broadcast_object(path, name=f"jdl.save.{k}") == path
                 hooks._saving = True
                 try:
                     result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
                 finally:
                     hooks._saving = False
-                backend.broadcast_object(None, name=f"jdl.saved.{k}")
+                backend().broadcast_object(None, name=f"jdl.saved.{k}")
                 return result
 
             return save
@@ -166,7 +166,7 @@ class KerasHooks:
             history = self._orig_fit(model, x, y, *args, **kwargs)
         # Rank 0's callbacks may still be writing (ModelCheckpoint's best model): no rank goes on, perhaps to read
         # that file, before they are done.
-        backend.broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
+        backend().broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
         if checkpoint is not None and self.rank == 0:
@@ -237,7 +237,7 @@ class KerasHooks:
                 )
             return None
         probe_x, probe_y, _ = shard_arrays((x, y, None), self.rank, self.size)
-        speeds = backend.allgather_object(balance.measure(model, probe_x, probe_y, batch), name="jdl.balance")
+        speeds = backend().allgather_object(balance.measure(model, probe_x, probe_y, batch), name="jdl.balance")
         if max(speeds) < balance.MIN_IMBALANCE * min(speeds):
             return None
         batches = balance.split_batch(batch * self.size, speeds)
@@ -272,7 +272,7 @@ class KerasHooks:
             hit = checkpoint.find(include_complete=self.attempt > 0)
             found = {"path": hit[0], "meta": hit[1]} if hit else None
         # Every rank must start at the same epoch, or one would wait forever for the others' last allreduce.
-        return checkpoint, backend.broadcast_object(found, name=f"jdl.ckpt.{index}")
+        return checkpoint, backend().broadcast_object(found, name=f"jdl.ckpt.{index}")
 
 
 def _samples_per_epoch(x, kwargs):
@@ -334,17 +334,17 @@ def _make_sync_callback(
                 if rank == 0:
                     checkpoint.restore(resume["path"], model)
                 optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
-                backend.broadcast_from_root(list(model.variables) + optimizer_variables)
+                backend().broadcast_from_root(list(model.variables) + optimizer_variables)
                 mark_synced(model.variables)
             elif model.built:
-                backend.broadcast_from_root(model.variables)
+                backend().broadcast_from_root(model.variables)
                 mark_synced(model.variables)
 
         def on_train_batch_end(self, batch, logs=None):
             stall_watch.step_done()
             # Optimizer slots and lazily built layers exist only after the first step: bring them in line once.
             if not self._optimizer_synced:
-                backend.broadcast_from_root(list(model.variables) + list(model.optimizer.variables))
+                backend().broadcast_from_root(list(model.variables) + list(model.optimizer.variables))
                 mark_synced(model.variables)
                 self._optimizer_synced = True
 
@@ -354,7 +354,7 @@ def _make_sync_callback(
                 # Each rank's metrics weigh by its share of the samples (of the global batch with --balance, of the
                 # validation data, which is split whole): the mean over all samples, as with one rank.
                 weights = [validation_weight if k.startswith("val_") else weight for k in keys]
-                averaged = backend.average_scalars(
+                averaged = backend().average_scalars(
                     [float(logs[k]) * w for k, w in zip(keys, weights)], name=f"jdl.epoch.{epoch}"
                 )
                 logs.update(zip(keys, averaged))

@@ -24,7 +24,7 @@ def suggest(lrs, smoothed):
 def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, beta=0.98, diverge=4.0, seed=0):
     """Sweep the learning rate on `model` (compiled) over batches of (x, y). Returns lrs, losses, smoothed loss and
     the suggestion. Distributed when Horovod is initialised with more than one rank."""
-    from jupyter_dl.backends import horovod as backend
+    from jupyter_dl.runtime.job_backend import backend
 
     rank, size = _rank_and_size(backend)
     optimizer = model.optimizer
@@ -47,7 +47,7 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
     saved_optimizer = [v.numpy() for v in optimizer.variables]
     saved_lr = float(np.asarray(optimizer.learning_rate))
     if size > 1:
-        backend.broadcast_from_root(model.variables)
+        backend().broadcast_from_root(model.variables)
     n = len(x)
     order = np.random.default_rng(seed + rank).permutation(n)
     factor = (end_lr / start_lr) ** (1.0 / max(1, steps - 1))
@@ -61,7 +61,7 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
             result = model.train_on_batch(x[picked], y[picked])
             loss = float(result[0] if isinstance(result, (list, tuple)) else result)
             if size > 1:
-                loss = backend.average_scalars([loss], name=f"jdl.lr_range.{i}")[0]
+                loss = backend().average_scalars([loss], name=f"jdl.lr_range.{i}")[0]
             if not math.isfinite(loss):
                 break
             average = beta * average + (1 - beta) * loss
@@ -90,7 +90,7 @@ def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32
 
 def _rank_and_size(backend):
     try:
-        return backend.rank_and_size()
+        return backend().rank_and_size()
     except Exception:  # Horovod not initialised: the kernel runs the test alone
         return 0, 1
 

@@ -27,9 +27,9 @@ class LiveMetrics(keras.callbacks.Callback):
     ):
         super().__init__()
         if rank is None:
-            from jupyter_dl.backends import horovod as backend
+            from jupyter_dl.runtime.job_backend import backend
 
-            rank = backend.rank_and_size()[0]
+            rank = backend().rank_and_size()[0]
         self.rank = rank
         self.samples_per_epoch = samples_per_epoch
         self.batch_size = batch_size

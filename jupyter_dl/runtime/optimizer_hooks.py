@@ -16,7 +16,7 @@ where we hook, on the classes, for the duration of one cell:
 
 import threading
 
-from jupyter_dl.backends import horovod as backend
+from jupyter_dl.runtime.job_backend import backend
 
 
 class DistributedUpdates:
@@ -81,7 +81,7 @@ class DistributedUpdates:
                 )
                 updates.sync_from_root(variables)
                 updates._updated.update((id(v), v) for v in variables)
-                grads = backend.average_gradients(
+                grads = backend().average_gradients(
                     grads,
                     updates.gradient_weight,
                     name=updates._collective_names[id(optimizer)],
@@ -108,7 +108,7 @@ class DistributedUpdates:
         import tensorflow as tf
 
         with tf.init_scope():
-            backend.broadcast_from_root(fresh)
+            backend().broadcast_from_root(fresh)
         self.mark_synced(fresh)
 
     def mark_synced(self, variables):

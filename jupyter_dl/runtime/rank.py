@@ -18,9 +18,10 @@ import threading
 import time
 import traceback
 
-from jupyter_dl.backends import horovod as backend
+from jupyter_dl.backends import named, tf_ops
 from jupyter_dl.host.processes import pid_running
-from jupyter_dl.runtime import divergence
+from jupyter_dl.runtime import divergence, job_backend
+from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.native_stderr import NativeStderr
 from jupyter_dl.runtime.probe import ProbeDone
 from jupyter_dl.runtime.publish import engine_publisher
@@ -30,6 +31,7 @@ from jupyter_dl.wire import keras_objects, payload
 from jupyter_dl.wire.spec import RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
+_BLOBS: dict = {}  # name -> the blob it was built from
 _SHIPPED: dict = {}
 
 
@@ -55,10 +57,12 @@ def describe(exit_with_kernel=None):
 
 
 def _preload():
-    try:
-        backend.preload()
-    except Exception:  # the first job imports again and reports what is wrong, in its cell
-        pass
+    for name in ("horovod", "tf"):  # Horovod where it is installed (it imports TensorFlow too)
+        try:
+            named(name).preload()
+            return
+        except Exception:  # the first job imports again and reports what is wrong, in its cell
+            continue
 
 
 def _wait_for_preload():
@@ -88,15 +92,32 @@ def receive(blobs: dict, fingerprints: dict):
         raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: {why}")
     for name, value in values.items():
         _SHIPPED[name] = (fingerprints.get(name), value)
+        _BLOBS[name] = blobs[name]  # to build it again in a new TensorFlow context (backends/tf.py)
     return len(blobs)
 
 
+def _rebuild_shipped(names):
+    """Build the shipped values again from what arrived: objects built in a TensorFlow context that a backend has
+    since replaced (a new collective group) no longer work in the new one."""
+    kept = [name for name in names if name in _BLOBS]
+    others = {name: value for name, (_, value) in _SHIPPED.items() if name not in kept}
+    values, problems = payload.unpack({name: _BLOBS[name] for name in kept}, known=others)
+    for name, why in problems.items():
+        raise RuntimeError(f"variable '{name}' could not be loaded on {socket.gethostname()}: {why}")
+    for name, value in values.items():
+        _SHIPPED[name] = (_SHIPPED[name][0], value)
+
+
 def _is_induced(exc) -> bool:
-    """True when this rank failed only because a peer left the job (Horovod shut everyone down)."""
+    """True when this rank failed only because a peer left the job (Horovod shut everyone down, or TensorFlow's
+    coordination service aborted the group's collectives)."""
     text = f"{type(exc).__name__}: {exc}"
     return (
         "HorovodInternalError" in text
         or "Horovod has been shut down" in text
+        or ("UnavailableError" in text and "ollective" in text)
+        or "a peer left the job" in text
+        or "stopped sending heartbeats" in text
         or ("gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
     )
 
@@ -116,7 +137,11 @@ def run(spec: RankSpec) -> dict:
     setup_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
-            backend.init(spec.env)
+            # A job on another backend after one on TensorFlow's collectives needs the plain context back.
+            new_context = spec.options.backend != "tf" and tf_ops.release()
+            new_context = job_backend.use(spec.options.backend).init(spec.env) or new_context
+            if new_context:
+                _rebuild_shipped(spec.names_in)
         finally:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
@@ -158,7 +183,7 @@ def run(spec: RankSpec) -> dict:
         )
     finally:
         watch.stop()
-        _leave_job(spec, previous_handler)
+        _leave_job(spec, previous_handler, failed=not outcome["ok"])
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     return outcome
@@ -167,9 +192,10 @@ def run(spec: RankSpec) -> dict:
 def _hooks_for(spec: RankSpec):
     """Zero-code mode's Keras hooks for this rank, or None for a --manual cell (which gets the Keras 3 shim)."""
     if spec.options.manual:
-        from jupyter_dl.backends import horovod_keras3
+        if spec.options.backend == "horovod":
+            from jupyter_dl.backends import horovod_keras3
 
-        horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
+            horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
         return None
     from jupyter_dl.runtime.keras_hooks import KerasHooks
 
@@ -220,13 +246,13 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         outcome["environment"] = _environment()
 
 
-def _leave_job(spec: RankSpec, previous_handler):
+def _leave_job(spec: RankSpec, previous_handler, failed):
     """Clean up after the job, whatever happened. Leaving tells the peers: if we failed, they stop waiting on us in
     their next collective."""
     for name in spec.secret_values:
         os.environ.pop(name, None)
     try:
-        backend.shutdown()
+        backend().shutdown(failed)
     except Exception:
         pass
     if previous_handler is not None:

@@ -79,9 +79,9 @@ def shard_dataset(ds, rank, size, steps_given=False):
 
 
 def _agreed_count(count: int) -> int:
-    from jupyter_dl.backends import horovod as backend
+    from jupyter_dl.runtime.job_backend import backend
 
-    return int(backend.allreduce([count], op="min", name="jdl.dataset_count")[0])
+    return int(backend().allreduce([count], op="min", name="jdl.dataset_count")[0])
 
 
 def count_elements(ds) -> int:

@@ -11,11 +11,11 @@ import sys
 import threading
 import time
 
-from jupyter_dl.backends.horovod import COLLECTIVE_OPS
+from jupyter_dl.runtime.job_backend import backend
 
 FIRST_STEP_GRACE = 5  # the first compiled step waits for peers still tracing theirs: allow it 5x the time
 
-# Bumped on every training step (by the Keras hooks and LiveMetrics) and every eager Horovod call: the watch treats a
+# Bumped on every training step (by the Keras hooks and LiveMetrics) and every eager collective call: the watch treats a
 # change as progress. Frame identity alone cannot tell one call from the next (frame objects are reused).
 _progress = 0
 _fit_steps = None  # steps since the current fit began (None: no callback tells, e.g. a --manual cell without them)
@@ -44,11 +44,13 @@ def waiting_in(frame):
     to read while it runs (a CI run lost an engine when this read the running `fit` frame's locals)."""
     innermost = frame
     depth = 0
+    collective_ops = backend().COLLECTIVE_OPS
+    backend_title = {"horovod": "Horovod", "tf": "TensorFlow collective"}.get(backend().NAME, backend().NAME)
     while frame is not None and depth < 60:
         code = frame.f_code
-        op = COLLECTIVE_OPS.get(code.co_name)
+        op = collective_ops.get(code.co_name)
         if op is not None:
-            return frame, f"Horovod {op}", None
+            return frame, f"{backend_title} {op}", None
         if "/keras/src/" in code.co_filename.replace("\\", "/"):
             # The innermost Keras frame: the train function `fit` calls (TF trainer), which holds the gradient
             # allreduce. A validation step (`evaluate` under fit) has no collective in it.
@@ -96,9 +98,7 @@ class StallWatch:
 
     def __enter__(self):
         if self.stall_s:
-            from jupyter_dl.backends.horovod import counting_collectives
-
-            self._counting = counting_collectives(progress)
+            self._counting = backend().counting_collectives(progress)
             self._counting.__enter__()
             self._thread = threading.Thread(target=self._watch, name="jdl-stall-watch", daemon=True)
             self._thread.start()

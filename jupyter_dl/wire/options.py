@@ -19,7 +19,7 @@ from typing import Any
 from jupyter_dl.errors import UsageError
 from jupyter_dl.wire.lr_scale import SCALE_FACTORS
 
-BACKENDS = ("horovod",)
+BACKENDS = ("auto", "horovod", "tf")
 LR_SCALES = tuple(SCALE_FACTORS)
 OUTPUTS = ("rank0", "all")
 BALANCE = ("auto", "on", "off")
@@ -144,7 +144,13 @@ class RunOptions:
         help="with --recommend: the lowest-energy plan finishing within this time",
     )
     name: str | None = option(None, "--name", help="job name, shown in the panel and %dl_jobs (default: job-<number>)")
-    backend: str = option("horovod", "--backend", choices=BACKENDS, help="the collectives the ranks use")
+    backend: str = option(
+        "auto",
+        "--backend",
+        choices=BACKENDS,
+        help="the collectives the ranks use: horovod, tf (TensorFlow's own; nothing to build), or auto: Horovod "
+        "where it is installed, else tf",
+    )
     timeout: float | None = option(
         None,
         "--timeout",

@@ -26,3 +26,4 @@ DEVICE_KIND = EngineFunction("jupyter_dl.runtime.probe", "device_kind")  # 'cpu'
 PROFILE = EngineFunction("jupyter_dl.runtime.probe", "profile")  # a cell's fit timed at a few batch sizes
 REACH = EngineFunction("jupyter_dl.runtime.reach", "probe")  # which kernel addresses this engine reaches
 RANGE_TEST = EngineFunction("jupyter_dl.runtime.lr_range", "range_test")  # LR range test (also run in the kernel)
+TF_ADDRESS = EngineFunction("jupyter_dl.backends.tf", "address")  # this engine's collective server, kept or fresh

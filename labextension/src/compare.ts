@@ -5,14 +5,17 @@
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { IDisposable } from '@lumino/disposable';
+import { Message } from '@lumino/messaging';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
 import { JobsApi, errorMessage } from './api';
 import { h, setText } from './dom';
 import { forPanel, pageTheme } from './figures';
 import { jobsIcon } from './icons';
-import { CompareAxis, ICompareReply } from './model';
+import { CompareAxis, ICompareReply, Theme } from './model';
 import { PlotlyBox } from './plotlyBox';
+import { watchPageTheme } from './theme';
 
 const AXES: ReadonlyArray<[CompareAxis, string]> = [
   ['step', 'Steps'],
@@ -42,21 +45,43 @@ export class CompareView extends Widget {
     layout.addWidget(new Widget({ node: this._table }));
     void this._chart.draw(null, 'Loading comparison…');
     PlotlyBox.preload(rendermime);
+    // The server builds the figure for a theme: a theme change redraws it, now if the tab shows, else when shown.
+    this._themeWatch = watchPageTheme(() => {
+      if (this.isVisible) {
+        this._followTheme();
+      }
+    });
     void this.load();
   }
 
   readonly axisSelect: HTMLSelectElement;
 
-  /** Fetches the comparison against the chosen x axis and draws it. */
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._themeWatch.dispose();
+    super.dispose();
+  }
+
+  /** Fetches the comparison against the chosen x axis, for the page's theme, and draws it. */
   async load(): Promise<void> {
     const x = this.axisSelect.value as CompareAxis;
+    const theme = pageTheme(document.body);
+    const request = ++this._requests;
+    this._theme = theme;
+    let data: ICompareReply | null = null;
+    let message = '';
     try {
-      this._data = await this._api.compare(this.jobIds, x, pageTheme(document.body));
-      setText(this._message, '');
+      data = await this._api.compare(this.jobIds, x, theme);
     } catch (error) {
-      this._data = null;
-      setText(this._message, `Cannot compare these jobs: ${errorMessage(error)}`);
+      message = `Cannot compare these jobs: ${errorMessage(error)}`;
     }
+    if (request !== this._requests || this.isDisposed) {
+      return; // a later load (another axis, another theme) is on its way: its reply is the one to show
+    }
+    this._data = data;
+    setText(this._message, message);
     this._renderTable();
     await this._chart.draw(this._data ? forPanel(this._data.figure) : null);
   }
@@ -85,7 +110,21 @@ export class CompareView extends Widget {
     table.appendChild(body);
   }
 
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._followTheme(); // the theme changed while the tab was hidden (JupyterLab hides the shell while it swaps)
+  }
+
+  private _followTheme(): void {
+    if (pageTheme(document.body) !== this._theme) {
+      void this.load();
+    }
+  }
+
   private _data: ICompareReply | null = null;
+  private _theme: Theme | null = null;
+  private _requests = 0;
+  private _themeWatch: IDisposable;
   private _message: HTMLElement;
   private _chart: PlotlyBox;
   private _table: HTMLTableElement;

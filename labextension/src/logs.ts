@@ -4,6 +4,7 @@
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { IAnsiRun, needsTerminal, terminalRuns } from './ansi';
 import { JobsApi } from './api';
 import { h, setText } from './dom';
 import { formatTimestamp, isFinal, tabTitle } from './format';
@@ -58,8 +59,9 @@ export class LogsView extends JobTabView {
     this.status = h('span', { className: 'jp-dl-log-status' });
     this._renderRanks();
 
+    // In a `jp-RenderedText` box, as a cell's output is: JupyterLab's own rules colour the ANSI runs.
     this._pre = h('pre', { className: 'jp-dl-log-text' });
-    this.node.append(this._message, this._pre);
+    this.node.append(this._message, h('div', { className: 'jp-RenderedText jp-dl-log-output' }, this._pre));
     this.node.setAttribute('tabindex', '0');
 
     this.startWatching(options.interval);
@@ -109,7 +111,7 @@ export class LogsView extends JobTabView {
       followTail(
         this.node,
         () => {
-          setText(this._pre, text);
+          renderLog(this._pre, text);
           this._pre.classList.toggle('jp-mod-empty', text.length === 0);
           if (text.length === 0) {
             setText(this._pre, `No ${stream} output from rank ${rank} yet.`);
@@ -160,6 +162,33 @@ export class LogsView extends JobTabView {
   private _text: string | null = null;
   private _forceScroll = true;
   private _updated = 0;
+}
+
+/**
+ * Shows a log in `pre` as a terminal leaves it: colours as styled spans (the classes cell output uses), `\r` / `\b`
+ * redraws collapsed to their last state. Plain text stays one text node.
+ */
+export function renderLog(pre: HTMLElement, text: string): void {
+  if (!needsTerminal(text)) {
+    setText(pre, text);
+    return;
+  }
+  const runs = terminalRuns(text);
+  pre.replaceChildren(...runs.map(runNode));
+}
+
+function runNode(run: IAnsiRun): Node {
+  if (!run.className && !run.color && !run.background) {
+    return document.createTextNode(run.text);
+  }
+  const span = h('span', { className: run.className || null }, run.text);
+  if (run.color) {
+    span.style.color = run.color;
+  }
+  if (run.background) {
+    span.style.backgroundColor = run.background;
+  }
+  return span;
 }
 
 /** The logs tab for `job`: the view inside a MainAreaWidget with rank and stream controls in its toolbar. */

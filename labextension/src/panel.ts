@@ -75,14 +75,25 @@ export class JobsPanel extends Widget {
         this._actions.compare(ids);
       }
     });
+    // Two lines, so that it fits the default sidebar width (250 px): the title, the count and Refresh; under them,
+    // only while either shows, the list's actions (they wrap again should the sidebar be narrower still).
+    this._actionsBar = h(
+      'div',
+      { className: 'jp-dl-header-actions', role: 'toolbar', 'aria-label': 'Selected and finished jobs' },
+      this._compare,
+      this._clear
+    );
     const header = h(
       'div',
       { className: 'jp-dl-header' },
-      h('h2', { className: 'jp-dl-title' }, 'Distributed jobs'),
-      this._summary,
-      this._compare,
-      this._clear,
-      refresh
+      h(
+        'div',
+        { className: 'jp-dl-header-top' },
+        h('h2', { className: 'jp-dl-title', title: 'Distributed jobs' }, 'Distributed jobs'),
+        this._summary,
+        refresh
+      ),
+      this._actionsBar
     );
     this._showCleared = h('button', { className: 'jp-dl-link-button jp-dl-show-cleared', type: 'button' });
     this._showCleared.addEventListener('click', () => this.model.showCleared());
@@ -228,6 +239,7 @@ export class JobsPanel extends Widget {
     this._compare.disabled = count < 2;
     setText(this._compare, count >= 2 ? `Compare ${count}` : 'Compare');
     setAttr(this._compare, 'aria-disabled', count < 2 ? 'true' : null);
+    this._actionsBar.hidden = this._compare.hidden && this._clear.hidden;
   }
 
   private _renderCluster(info: IClusterInfo | null, error: string | null): void {
@@ -243,6 +255,7 @@ export class JobsPanel extends Widget {
   }
 
   private _summary: HTMLElement;
+  private _actionsBar: HTMLElement;
   private _compare: HTMLButtonElement;
   private _selected = new Set<string>();
   private _clear: HTMLButtonElement;

@@ -5,6 +5,7 @@
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { IDisposable } from '@lumino/disposable';
 import { Message } from '@lumino/messaging';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
@@ -16,6 +17,7 @@ import { jobsIcon } from './icons';
 import { widgetId } from './logs';
 import { IJob, IJobFigures, Theme } from './model';
 import { PlotlyBox } from './plotlyBox';
+import { watchPageTheme } from './theme';
 import { JobTabView } from './watch';
 
 export class LossPlotView extends JobTabView {
@@ -44,8 +46,22 @@ export class LossPlotView extends JobTabView {
     layout.addWidget(new Widget({ node: this._table }));
     void this._loss.draw(null, 'Loading metrics…');
     PlotlyBox.preload(options.rendermime);
+    // A finished job's tab polls no more: a theme change while it shows fetches the figures for the new theme.
+    this._themeWatch = watchPageTheme(() => {
+      if (this.isVisible) {
+        this._followTheme();
+      }
+    });
 
     this.startWatching(options.interval);
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._themeWatch.dispose();
+    super.dispose();
   }
 
   readonly logToggle: HTMLElement;
@@ -80,8 +96,16 @@ export class LossPlotView extends JobTabView {
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    if (pageTheme(document.body) !== this._theme) {
-      void this.fetchData(); // the theme changed while hidden: the figures follow it
+    this._followTheme(); // the theme changed while hidden: the figures follow it
+  }
+
+  /** Fetches the figures for the page's theme unless they are drawn for it. */
+  private _followTheme(): void {
+    const stale = (): boolean => pageTheme(document.body) !== this._theme;
+    const fetch = (): Promise<void> => this.fetchData().catch(() => undefined); // the watcher shows errors
+    if (stale()) {
+      // A fetch already in flight may have asked for the old theme: then once more after it.
+      void fetch().then(() => (stale() ? fetch() : undefined));
     }
   }
 
@@ -132,6 +156,7 @@ export class LossPlotView extends JobTabView {
     return h('label', { className: `jp-dl-checkbox ${cls}` }, input, label);
   }
 
+  private _themeWatch: IDisposable;
   private _inflight: Promise<void> | null = null;
   private _figures: IJobFigures | null = null;
   private _theme: Theme | null = null;

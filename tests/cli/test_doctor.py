@@ -1,5 +1,6 @@
-"""`jupyter-dl doctor`, run for real: its table against this environment, a failure made for real (the pool URL
-pointing at a closed port; an environment without Horovod), and the cheap hint `%load_ext` prints."""
+"""`jupyter-dl doctor`, run for real: its table against this environment, failures made for real (the pool URL
+pointing at a closed port; an environment without TensorFlow, so without either backend), an environment without
+Horovod (a warning: zero-code cells run on TensorFlow's collectives), and the cheap hint `%load_ext` prints."""
 
 import importlib.metadata
 import os
@@ -54,19 +55,18 @@ class _Venv:
         self.root, self.python, self.env = root, python, env
 
 
-@pytest.fixture(scope="module")
-def venv_without_horovod(tmp_path_factory):
-    """A real, separate virtual environment that sees everything this one has except Horovod (links to each
-    installed package but horovod*), so "Horovod missing" and installing it are real and cheap (no 1.5 GB TF copy)."""
+def _shadow_venv(root, without):
+    """A real, separate virtual environment that sees everything this one has except the distributions whose names
+    start with `without` (links to each other installed package), so "X missing" is real and cheap (no 1.5 GB TF
+    copy)."""
     import sysconfig
 
-    root = tmp_path_factory.mktemp("venv-no-horovod")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=120)
     shadow = root / "shadow"
     shadow.mkdir()
     site = Path(sysconfig.get_paths()["purelib"])
     for entry in site.iterdir():
-        if not entry.name.lower().startswith(("horovod", "_editable_impl", "__editable__")) and entry.suffix != ".pth":
+        if not entry.name.lower().startswith((*without, "_editable_impl", "__editable__")) and entry.suffix != ".pth":
             (shadow / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
     target = subprocess.run(
@@ -80,6 +80,18 @@ def venv_without_horovod(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_DL_POOL_URL", "VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     return _Venv(root, python, env)
+
+
+@pytest.fixture(scope="module")
+def venv_without_horovod(tmp_path_factory):
+    """Everything this environment has but Horovod: "Horovod missing" and installing it are real and cheap."""
+    return _shadow_venv(tmp_path_factory.mktemp("venv-no-horovod"), ("horovod",))
+
+
+@pytest.fixture(scope="module")
+def venv_without_tensorflow(tmp_path_factory):
+    """Neither backend can run (no TensorFlow, so no collectives, and no Horovod), and no ipyparallel either."""
+    return _shadow_venv(tmp_path_factory.mktemp("venv-no-tf"), ("horovod", "tensorflow", "ipyparallel"))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +117,16 @@ def test_table_matches_this_environment_and_exits_zero(horovod_facts):
     assert rows["Lab extension (jobs panel)"][0] == "ok" and "enabled" in rows["Lab extension (jobs panel)"][1]
     assert rows["Server extension (jobs API)"] == ("ok", "jupyter_dl enabled", "")
     assert "not configured" in rows["Pool service"][1]
+    assert rows["TensorFlow collectives"] == (
+        "ok",
+        "tensorflow.python.ops.collective_ops (--backend tf; nothing to build)",
+        "",
+    )
     assert "ready: %%distribute can run jobs" in out
+    # Last, the backend `--backend auto` picks: Horovod, since it works here.
+    ops = "gloo and NCCL" if horovod_facts[1] == "True" else "gloo"
+    version = importlib.metadata.version("horovod")
+    assert out.strip().splitlines()[-1] == f"--backend auto uses Horovod {version} (horovod, over {ops})", out
 
 
 def test_unreachable_pool_service_fails_with_its_fix():
@@ -116,6 +137,7 @@ def test_unreachable_pool_service_fails_with_its_fix():
     assert status == "FAIL" and f"127.0.0.1:{port}" in found and "unreachable" in found
     assert "jupyter-dl-pool" in fix and "$JUPYTER_DL_POOL_URL" in fix
     assert "1 problem(s) block jobs: Pool service" in out
+    assert out.strip().splitlines()[-1].startswith("--backend auto uses Horovod "), out
 
 
 def test_bad_argument_is_one_line():
@@ -123,32 +145,66 @@ def test_bad_argument_is_one_line():
     assert code == 2 and "unexpected argument 'surplus'" in err and "Traceback" not in err
 
 
-def test_environment_without_horovod_fails_and_says_install_horovod(venv_without_horovod):
-    code, out, err, _ = _doctor(python=str(venv_without_horovod.python), env=venv_without_horovod.env)
+def test_environment_without_horovod_warns_and_runs_on_tensorflow_collectives(venv_without_horovod):
+    """Horovod is optional: its absence is a warning with the command that adds it, not a problem blocking jobs."""
+    code, out, err, seconds = _doctor(python=str(venv_without_horovod.python), env=venv_without_horovod.env)
+    print(f"doctor without Horovod took {seconds:.1f} s:\n{out}")
+    assert code == 0, out + err
+    rows = _rows(out)
+    assert rows["Horovod"] == (
+        "warn",
+        "not installed: zero-code cells run on TensorFlow's collectives",
+        "jupyter-dl install-horovod (adds Horovod: for --manual Horovod cells and --backend horovod)",
+    ), out
+    assert rows["TensorFlow"][0] == "ok" and rows["TensorFlow collectives"][0] == "ok", out
+    assert "Horovod with TensorFlow" not in rows and "Horovod gloo" not in rows, out
+    assert "block jobs" not in out and "ready: %%distribute can run jobs (" in out, out
+    assert out.strip().splitlines()[-1] == (
+        "--backend auto uses TensorFlow's collectives (tf): Horovod is not installed; "
+        "`jupyter-dl install-horovod` adds it"
+    ), out
+
+
+def test_environment_without_tensorflow_has_no_backend_and_fails(venv_without_tensorflow):
+    """Without TensorFlow neither backend runs: TensorFlow's line is the problem (Horovod needs it too)."""
+    code, out, err, _ = _doctor(python=str(venv_without_tensorflow.python), env=venv_without_tensorflow.env)
     assert code == 1, out + err
     rows = _rows(out)
-    assert rows["Horovod"] == ("FAIL", "not installed", "jupyter-dl install-horovod")
-    assert rows["TensorFlow"][0] == "ok"
-    assert "Horovod" in out.split("block jobs:")[1]
+    assert rows["TensorFlow"] == ("FAIL", "not installed", _pip(venv_without_tensorflow, "tensorflow>=2.16")), out
+    assert rows["TensorFlow collectives"] == ("FAIL", "unavailable: TensorFlow does not import (its line above)", "")
+    assert rows["Horovod"][:2] == ("warn", "not installed"), out
+    assert rows["ipyparallel"] == ("FAIL", "not installed", _pip(venv_without_tensorflow, "ipyparallel>=9.2")), out
+    blocking = out.split("block jobs: ")[1].split(". ")[0].split(", ")
+    assert blocking == ["TensorFlow", "TensorFlow collectives", "ipyparallel"], out
+    assert out.strip().splitlines()[-1] == (
+        "--backend auto has no backend to use: TensorFlow does not import (both backends need it)"
+    ), out
 
 
-def test_load_ext_points_to_doctor_when_horovod_is_missing(venv_without_horovod):
-    code = (
-        "from IPython.core.interactiveshell import InteractiveShell; import sys, time; t = time.monotonic(); "
-        "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_dl'); "
-        "print('tensorflow' in sys.modules, f'{time.monotonic() - t:.2f}')"
-    )
-    out = subprocess.run(
-        [str(venv_without_horovod.python), "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=venv_without_horovod.env,
-        cwd="/",
-    )
+def _pip(venv, spec):
+    return f"{venv.python} -m pip install '{spec}'"
+
+
+_LOAD_EXT = (
+    "from IPython.core.interactiveshell import InteractiveShell; import sys, time; t = time.monotonic(); "
+    "InteractiveShell.instance().run_line_magic('load_ext', 'jupyter_dl'); "
+    "print('tensorflow' in sys.modules, f'{time.monotonic() - t:.2f}')"
+)
+
+
+def _load_ext(python, env=None):
+    out = subprocess.run([str(python), "-c", _LOAD_EXT], capture_output=True, text=True, timeout=120, env=env, cwd="/")
     assert out.returncode == 0, out.stderr
-    assert "horovod not found" in out.stderr and "jupyter-dl doctor" in out.stderr
     assert out.stdout.split()[0] == "False"  # the check at load imports no TensorFlow
-    # ... and where everything is installed it says nothing.
-    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
-    assert "jupyter-dl doctor" not in quiet.stderr
+    return out.stderr
+
+
+def test_load_ext_points_to_doctor_when_tensorflow_is_missing(venv_without_tensorflow):
+    err = _load_ext(venv_without_tensorflow.python, venv_without_tensorflow.env)
+    assert "tensorflow, ipyparallel not found" in err and "jupyter-dl doctor" in err, err
+
+
+def test_load_ext_is_quiet_without_horovod_and_where_everything_is_installed(venv_without_horovod):
+    # Without Horovod jobs run on TensorFlow's collectives (the first job says so), so nothing to point to here.
+    assert "jupyter-dl doctor" not in _load_ext(venv_without_horovod.python, venv_without_horovod.env)
+    assert "jupyter-dl doctor" not in _load_ext(sys.executable)

@@ -35,10 +35,11 @@ def validate_error(**kwargs):
 
 # ------------------------------------------------------------------------------------------------------ defaults
 def test_empty_line_gives_documented_defaults():
-    """A bare `%%distribute` means: all engines, horovod, rank 0's output, linear LR scaling, live plot, no limits."""
+    """A bare `%%distribute` means: all engines, the auto backend (Horovod where installed), rank 0's output, linear
+    LR scaling, live plot, no limits."""
     opts = parse_distribute_line("")
     assert opts == RunOptions()
-    assert (opts.n, opts.name, opts.backend, opts.timeout, opts.stall_timeout) == (None, None, "horovod", None, None)
+    assert (opts.n, opts.name, opts.backend, opts.timeout, opts.stall_timeout) == (None, None, "auto", None, None)
     assert (opts.output, opts.lr_scale, opts.balance) == ("rank0", "linear", "auto")
     assert (opts.manual, opts.plot, opts.recommend) == (False, True, False)
     assert (opts.restarts, opts.checkpoint_dir, opts.deadline, opts.secrets) == (0, None, None, ())
@@ -66,7 +67,7 @@ def test_parser_defaults_match_the_dataclass():
 def test_parser_choices_are_the_module_constants():
     """--backend/--balance/--output/--lr-scale offer exactly what validate() accepts."""
     actions = {a.dest: a for a in distribute_parser()._actions}
-    assert tuple(actions["backend"].choices) == BACKENDS == ("horovod",)
+    assert tuple(actions["backend"].choices) == BACKENDS == ("auto", "horovod", "tf")
     assert tuple(actions["balance"].choices) == BALANCE == ("auto", "on", "off")
     assert tuple(actions["output"].choices) == OUTPUTS == ("rank0", "all")
     assert tuple(actions["lr_scale"].choices) == LR_SCALES == ("linear", "sqrt", "none")
@@ -190,12 +191,13 @@ def test_restarts_zero_needs_no_checkpoint_dir():
 def test_everything_at_once(tmp_path):
     """All options together parse to the values given (no option shadows another)."""
     opts = parse_distribute_line(
-        f"-n 4 --name run1 --backend horovod --timeout 600 --stall-timeout 30 --restarts 1 "
+        f"-n 4 --name run1 --backend tf --timeout 600 --stall-timeout 30 --restarts 1 "
         f"--checkpoint-dir {tmp_path} --balance on --output all --lr-scale sqrt --no-plot --secret TOKEN"
     )
     assert opts == RunOptions(
         n=4,
         name="run1",
+        backend="tf",
         timeout=600.0,
         stall_timeout=30.0,
         restarts=1,
@@ -309,7 +311,7 @@ def test_checkpoint_dir_that_is_a_file(tmp_path):
         ({"n": 2.0}, "-n must be a positive number of ranks (got 2.0)"),
         ({"n": True}, "-n must be a positive number of ranks (got True)"),
         ({"n": "2"}, "-n must be a positive number of ranks (got '2')"),
-        ({"backend": "mpi"}, "--backend must be one of horovod (got 'mpi')"),
+        ({"backend": "mpi"}, "--backend must be one of auto, horovod, tf (got 'mpi')"),
         ({"lr_scale": "cubic"}, "--lr-scale must be one of linear, sqrt, none (got 'cubic')"),
         ({"balance": "yes"}, "--balance must be one of auto, on, off (got 'yes')"),
         ({"output": "rank1"}, "--output must be one of rank0, all (got 'rank1')"),

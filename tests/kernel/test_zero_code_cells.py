@@ -1,5 +1,6 @@
 """Zero code change, held to account: everyday Keras cells, written the way people write them, each run under
-`%%distribute -n 2` on real engines with real Horovod, and once in this process without it.
+`%%distribute -n 2` on real engines, on each backend (Horovod over gloo, TensorFlow's own collectives), and once in this
+process without either.
 
 For every cell: both ranks end with identical trainable weights (gathered on the ranks themselves, independently of
 jupyter-dl's own divergence guard), the model comes back to the notebook with rank 0's weights and works for
@@ -541,10 +542,10 @@ CASES = [
 def _weights_gathered_on_the_ranks(models):
     """Appended to the cell: every rank's weights, gathered by the ranks themselves (this is the test's own check,
     independent of the divergence guard)."""
-    lines = ["import horovod.tensorflow as hvd_check"]
+    lines = ["from jupyter_dl import collectives as collectives_check"]
     for name in models:
         lines.append(
-            f"rank_weights_of_{name} = hvd_check.allgather_object([v.numpy() for v in {name}.trainable_variables])"
+            f"rank_weights_of_{name} = collectives_check.allgather([v.numpy() for v in {name}.trainable_variables])"
         )
     return "\n".join(lines) + "\n"
 
@@ -559,19 +560,20 @@ def _run(shell, code):
     return result
 
 
-def _setup(shell, digits, setup):
+def _setup(shell, digits, setup, backend="auto"):
     shell.user_ns.update(digits)
     _run(shell, DATA)
     if "%%distribute" in setup:
         local, distributed = setup.split("%%distribute -n 2\n")
         _run(shell, local)
-        _run(shell, "%%distribute -n 2\n" + textwrap.dedent(distributed))
+        _run(shell, f"%%distribute -n 2 --backend {backend}\n" + textwrap.dedent(distributed))
     elif setup.strip():
         _run(shell, setup)
 
 
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
 @pytest.mark.parametrize("spec", CASES)
-def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec):
+def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec, backend):
     # One process, no jupyter-dl: the reference.
     _setup(shell, digits, spec["setup"])
     _run(shell, spec["cell"])
@@ -586,8 +588,11 @@ def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec
     capsys.readouterr()
 
     # The same cell on two ranks.
-    _setup(shell, digits, spec["setup"])
-    _run(shell, "%%distribute -n 2\n" + spec["cell"] + _weights_gathered_on_the_ranks(spec["models"]))
+    _setup(shell, digits, spec["setup"], backend)
+    _run(
+        shell,
+        f"%%distribute -n 2 --backend {backend}\n" + spec["cell"] + _weights_gathered_on_the_ranks(spec["models"]),
+    )
     err = capsys.readouterr().err
     assert "trained apart" not in err, err
     # Everything the cell bound came back, except tf.data pipelines, which are named with the reason.

@@ -220,9 +220,61 @@ def _no_error_dialog(page):
     assert dialogs.count() == 0, dialogs.first.inner_text()
 
 
+# What does not fit the sidebar: the panel or its parts wider than they show (a horizontal scrollbar), header
+# items past the panel's edges, header buttons whose label wrapped onto a second line.
+_SIDEBAR_FIT = """(panel) => {
+  const box = panel.getBoundingClientRect();
+  const shown = (el) => el.getClientRects().length > 0;
+  const wide = [panel, ...panel.querySelectorAll('.jp-dl-header, .jp-dl-body, .jp-dl-empty')]
+    .filter(el => shown(el) && el.scrollWidth > el.clientWidth)
+    .map(el => `${el.className}: ${el.scrollWidth} > ${el.clientWidth}`);
+  const header = [...panel.querySelectorAll('.jp-dl-header :is(h2, span, button)')].filter(shown);
+  const outside = header.filter(el => {
+    const b = el.getBoundingClientRect();
+    return b.right > box.right + 0.5 || b.left < box.left - 0.5;
+  }).map(el => el.textContent || el.className);
+  const wrapped = header.filter(el => el.matches('button.jp-dl-text-button')
+    && el.getBoundingClientRect().height > 1.6 * (parseFloat(getComputedStyle(el).lineHeight) || 18))
+    .map(el => el.textContent);
+  return {width: box.width, wide, outside, wrapped};
+}"""
+
+
+def _assert_sidebar_fits(panel):
+    fit = panel.evaluate(_SIDEBAR_FIT)
+    assert not (fit["wide"] or fit["outside"] or fit["wrapped"]), fit
+    return fit
+
+
+def _keras_progress(epochs=2, steps=21):
+    """A rank's stdout under `model.fit(verbose=1)`, as Keras 3's progress bar writes it (keras/src/utils/progbar.py
+    with a dynamic display): each update backspaces over the last, returns the carriage and redraws the bold count,
+    the green and grey bar and the ETA; the last one ends the line. The final states are the lines that stay."""
+    esc, width, text, finals = "\x1b", 20, "", []
+    for epoch in range(1, epochs + 1):
+        text += f"Epoch {epoch}/{epochs}\n"
+        previous = 0
+        for step in range(1, steps + 1):
+            done, last = width * step // steps, step == steps
+            bar = f"{esc}[1m{step}/{steps}{esc}[0m " + (f"{esc}[32m{'━' * done}{esc}[0m" if done else "")
+            bar += f"{esc}[37m{'━' * (width - done)}{esc}[0m"
+            eta = f"1s{esc}[0m 24ms/step - loss: 0.{epoch}000" if last else f"{steps - step}s{esc}[0m"
+            info = f" {esc}[1m{eta}"
+            text += "\b" * previous + "\r" + bar + info + ("\n" if last else "")
+            plain = re.sub(r"\x1b\[\d*m", "", bar + info)
+            previous = len(plain)
+        finals.append(plain)
+    return text, finals
+
+
 def test_run_watch_and_cancel_from_the_panel(lab, page, on_failure_evidence):
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=90_000)  # the kernel is up
+    # Before any job, at the default sidebar width: the first-run help wraps, with no horizontal scrollbar.
+    panel = _open_panel(page)
+    panel.locator(".jp-dl-empty").wait_for(timeout=30_000)
+    print("sidebar fits, empty:", _assert_sidebar_fits(panel))
+    panel.screenshot(path=str(ARTIFACTS / "jobs-panel-empty.png"))
     _run_cell(page, 0, wait_done=True)
     _run_cell(page, 1)
     # The cold start says what it is doing in the cell's progress area, as ordinary output, before any figure.
@@ -726,6 +778,11 @@ def test_selected_jobs_open_a_compare_tab_with_curves_and_table(lab, page, on_fa
         if job is first:
             assert compare.is_visible() and compare.is_disabled()  # one job compares nothing
     assert compare.is_enabled() and compare.inner_text() == "Compare 2"
+    # With rows ticked the header still fits the default sidebar width: Compare, Clear finished and Refresh in view.
+    print("sidebar fits, two rows ticked:", _assert_sidebar_fits(panel))
+    for button in ("button.jp-dl-compare", "button.jp-dl-clear-finished", "button.jp-dl-refresh"):
+        assert panel.locator(button).is_visible(), button
+    panel.screenshot(path=str(ARTIFACTS / "jobs-panel-rows-ticked.png"))
     compare.click()
 
     view = page.locator(".jp-dl-CompareView:visible")
@@ -749,6 +806,25 @@ def test_selected_jobs_open_a_compare_tab_with_curves_and_table(lab, page, on_fa
     )
     assert view.locator(".js-plotly-plot").count() == 1  # redrawn in place
     page.screenshot(path=str(ARTIFACTS / "compare-tab.png"))
+
+    # The figure follows JupyterLab's theme, as the loss tab does: switched to dark, it is redrawn dark, not left
+    # white until a reload.
+    widget_id = view.evaluate("el => el.closest('.jp-dl-compare-widget').id")
+    paper = f"#{widget_id} .js-plotly-plot svg.main-svg"
+    background = "(sel) => getComputedStyle(document.querySelector(sel)).backgroundColor"
+    light = page.evaluate(background, paper)
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    try:
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+        page.wait_for_function(f"([sel, light]) => ({background})(sel) !== light", arg=[paper, light], timeout=15_000)
+        dark = page.evaluate(background, paper)
+        print("compare figure background:", light, "->", dark)
+        page.screenshot(path=str(ARTIFACTS / "compare-tab-dark.png"))
+    finally:
+        page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    page.wait_for_function(f"([sel, light]) => ({background})(sel) === light", arg=[paper, light], timeout=15_000)
+    time.sleep(1.0)  # the stylesheet settles before the next test measures the page
     _no_error_dialog(page)
 
 
@@ -813,13 +889,23 @@ def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
     ARTIFACTS.mkdir(exist_ok=True)
     store = _store(lab)
     first, second = _kept_job(store, "restore-a"), _kept_job(store, "restore-b")
-    store.write_logs(first.id, {0: "rank 0 says hello from before the reload\n", 1: "rank 1\n"})
+    progress, finals = _keras_progress()
+    store.write_logs(first.id, {0: "rank 0 says hello from before the reload\n" + progress, 1: "rank 1\n"})
     panel = _open_panel(page)
     row = panel.locator(f'li.jp-dl-job[data-job-id="{first.id}"]')
     row.wait_for(timeout=30_000)
     row.locator("button.jp-dl-logs").click()
     logs_id, plot_id = f"jp-dl-logs-{first.id}", f"jp-dl-plot-{first.id}"
-    page.locator(f"#{logs_id} .jp-dl-log-text", has_text="says hello from before").wait_for(timeout=30_000)
+    log = page.locator(f"#{logs_id} .jp-dl-log-text")
+    log.filter(has_text="says hello from before").wait_for(timeout=30_000)
+    # Keras' progress bar reads as in a cell's output: its colours drawn, not printed as codes, and each redrawn
+    # line shown in its final state only.
+    shown = log.inner_text()
+    assert "\x1b" not in shown and "[1m" not in shown and "[0m" not in shown, shown[:500]
+    bars = [line.rstrip() for line in shown.splitlines() if "/21" in line]
+    assert bars == finals, bars
+    green, text = log.locator(".ansi-green-fg").first, log.evaluate("el => getComputedStyle(el).color")
+    assert green.evaluate("el => getComputedStyle(el).color") != text
     row.locator("button.jp-dl-plot").click()
     page.locator(f"#{plot_id} .jp-dl-plot-chart .js-plotly-plot").wait_for(timeout=30_000)
     ids = [second.id, first.id]
@@ -843,9 +929,8 @@ def test_job_tabs_come_back_after_a_reload(lab, page, on_failure_evidence):
     keys = [f"jupyter-dl-logs:{first.id}", f"jupyter-dl-loss:{first.id}", f"jupyter-dl-compare:{','.join(ids)}"]
     saved = _saved_layout(lab, keys, absent=["notebook:sub dir/other.ipynb"])
     assert all(key in saved for key in keys) and "notebook:sub dir/other.ipynb" not in saved, saved[-3000:]
-    # An earlier test leaves two rows selected: the header's Compare button then pushes Clear finished past the
-    # sidebar's edge, under the main area's tab bar, which would take a pointer click. Click it in the page.
-    panel.locator("button.jp-dl-clear-finished").dispatch_event("click")
+    # An earlier test leaves two rows selected: Compare shows beside Clear finished, which stays in view.
+    panel.locator("button.jp-dl-clear-finished").click()
     show_cleared = panel.locator("button.jp-dl-show-cleared")
     show_cleared.wait_for(timeout=10_000)
     cleared = show_cleared.inner_text()

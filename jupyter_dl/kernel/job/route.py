@@ -8,6 +8,8 @@ def route(cluster, ids, port, rendezvous_address="", network_interface="", probe
     n = len(ids)
     if cluster.all_local(ids):
         return rendezvous_address or "127.0.0.1", [network_interface or "lo"] * n
+    if port is None:  # no server in the kernel (TensorFlow's collectives): each rank names its own address
+        return "", [network_interface] * n
     from jupyter_dl.host import network
     from jupyter_dl.wire import remote
 

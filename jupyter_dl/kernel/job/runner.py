@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from jupyter_dl.backends import horovod as backend
+from jupyter_dl import backends
 from jupyter_dl.jobs import Job, JobRegistry
 from jupyter_dl.jobs.results import JobResults
 from jupyter_dl.kernel import secrets as secretsmod
@@ -109,6 +109,7 @@ class JobRunner(Configurable):
         self.local_pool = LocalPool(parent=self)
         self.results = JobResults(parent=self)
         self._backend_checked = False
+        self._told_backend = False
 
     # -------------------------------------------------------------------------------------------------- run
     def warm_up(self):
@@ -118,7 +119,7 @@ class JobRunner(Configurable):
 
         def check_quietly():
             try:
-                backend.check_installed()
+                backends.resolve(backends.AUTO, manual=False)
                 self._backend_checked = True
                 import ipywidgets  # noqa: F401  (the live view's, about a second between them)
                 import plotly.graph_objects  # noqa: F401
@@ -134,9 +135,7 @@ class JobRunner(Configurable):
         """Run the work on the cluster, telling the observers each phase, the start, each update and the end
         (whatever the outcome; see kernel/job/observer.py)."""
         options.validate()
-        if not self._backend_checked:
-            backend.check_installed()
-            self._backend_checked = True
+        options = self._with_backend(options, stderr)
         shipment = prepare(work)  # raises on bad input, before any engine is touched
         secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
@@ -206,6 +205,21 @@ class JobRunner(Configurable):
             picked = outcomes if jr.work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]
 
+    def _with_backend(self, options: RunOptions, stderr) -> RunOptions:
+        """The options with the backend this job runs on (what `auto` resolves to, kept in the job's record); the
+        first job on TensorFlow's collectives because Horovod is missing says so, once."""
+        name, note = backends.resolve(options.backend, options.manual)
+        if note and not self._told_backend:
+            print(note, file=stderr or sys.stderr, flush=True)
+            self._told_backend = True
+        return dataclasses.replace(options, backend=name)
+
+    @staticmethod
+    def _phase_text(n, backend_name, cold) -> str:
+        library = "Horovod" if backend_name == "horovod" else "TensorFlow's collectives"
+        importing = f"importing TensorFlow{' and Horovod' if backend_name == 'horovod' else ''}, " if cold else ""
+        return f"{n} ranks: {importing}{library} rendezvous"
+
     def _attempts(self, jr: JobRun):
         """Run the job, and again after a failure while --restarts allows. Returns the last attempt's (outcomes,
         async results, Ending); its timings are left on `jr`."""
@@ -224,7 +238,7 @@ class JobRunner(Configurable):
             jr.cluster_ready_at = time.perf_counter()
             jr.shipped = placement.ship(self.cluster.client, ids, jr.shipment)
             jr.shipped_at = time.perf_counter()
-            jr.tell(f"{n} ranks: {'importing TensorFlow and Horovod, ' if cold else ''}Horovod rendezvous")
+            jr.tell(self._phase_text(n, jr.options.backend, cold))
             outcomes, ars, ending = self._execute(jr, ids)
             if ending.status not in ("failed", "stalled") or jr.attempt >= jr.options.restarts:
                 return outcomes, ars, ending
@@ -234,7 +248,7 @@ class JobRunner(Configurable):
     def _execute(self, jr: JobRun, ids):
         """One attempt: rendezvous, start every rank, watch them until they end. Returns (outcomes, ars, Ending)."""
         client = self.cluster.client
-        rendezvous = backend.Rendezvous(jr.job.hosts, self.collective_timeout)
+        rendezvous = backends.named(jr.options.backend).Rendezvous(jr.job.hosts, self.collective_timeout, client, ids)
         try:
             address, interfaces = route(
                 self.cluster, ids, rendezvous.port, self.rendezvous_address, self.network_interface, self.PROBE_TIMEOUT

@@ -1,0 +1,225 @@
+"""The TensorFlow backend: the same two halves as backends/horovod.py, on TensorFlow's own collective ops
+(backends/tf_ops.py). Nothing to build: every TensorFlow wheel has them.
+
+- kernel side: no server of its own; each rank's engine names the address its collective server has (or will
+  have), and the kernel hands every rank the same ordered list;
+- engine side: forming the group, and the collectives the Keras hooks need, with Horovod's signatures.
+"""
+
+import contextlib
+import os
+import socket
+
+from jupyter_dl.backends import tf_ops
+
+NAME = "tf"
+SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
+# Seconds without a heartbeat before a rank counts as gone and every rank's collectives are aborted.
+HEARTBEAT_S = 10.0
+
+
+def check_installed():
+    from jupyter_dl.errors import BackendMissing
+
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        raise BackendMissing(f"TensorFlow is not installed; {SETUP_HINT}") from None
+
+
+def preload():
+    """Import TensorFlow and Keras on an idle engine, in the background, so the first job starts at once."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+    from keras.src.optimizers import base_optimizer  # noqa: F401  (what the zero-code hooks patch)
+    from keras.src.trainers import trainer  # noqa: F401
+
+
+# ----------------------------------------------------------------------------------------------- kernel side
+
+
+class Rendezvous:
+    """The group's addresses for one job: what each rank's engine reports (`remote.TF_ADDRESS`), kept when every
+    rank still belongs to the same usable group (no new context: faster, nothing leaks), fresh otherwise."""
+
+    port = None  # no server in the kernel: ranks reach each other, not the kernel
+
+    def __init__(self, hosts_by_rank, timeout_s, client=None, ids=()):
+        self._timeout_s = timeout_s
+        self._client, self._ids = client, list(ids)
+
+    def environments(self, address, interfaces):
+        from jupyter_dl.wire import remote
+
+        reports = [
+            self._client[eid].apply_sync(remote.TF_ADDRESS, interface) for eid, interface in zip(self._ids, interfaces)
+        ]
+        size = len(reports)
+        kept = reports[0]["formed"]
+        reuse = kept is not None and len(kept[0]) == size
+        reuse = reuse and all(r["formed"] == [kept[0], rank] for rank, r in enumerate(reports))
+        addresses = kept[0] if reuse else [r["fresh"] for r in reports]
+        return [
+            {
+                "JDL_TF_ADDRESSES": ",".join(addresses),
+                "JDL_TF_RANK": str(rank),
+                "JDL_TF_REUSE": "1" if reuse else "0",
+                "JDL_TF_REGISTER_S": str(self._timeout_s),
+            }
+            for rank in range(size)
+        ]
+
+    def stop(self):
+        pass
+
+
+# ----------------------------------------------------------------------------------------------- engine side
+
+
+def address(interface=""):
+    """Where this engine's collective server is, if it has a usable group, and a fresh address for a new one."""
+    with socket.socket() as probe:  # a port free now; the new server binds it moments later
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return {"formed": tf_ops.formed(), "fresh": f"{_host(interface)}:{port}"}
+
+
+def _host(interface):
+    if not interface or interface == "lo":
+        return "127.0.0.1"
+    import psutil
+
+    for entry in psutil.net_if_addrs().get(interface, []):
+        if entry.family == socket.AF_INET:
+            return entry.address
+    return socket.gethostbyname(socket.gethostname())
+
+
+def init(environment: dict) -> bool:
+    """Join this job's group. Returns True when that took a new TensorFlow context: objects built before it (models
+    received earlier) must be rebuilt."""
+    addresses = environment["JDL_TF_ADDRESSES"].split(",")
+    kept = tf_ops.form(
+        int(environment["JDL_TF_RANK"]),
+        len(addresses),
+        addresses,
+        heartbeat_s=HEARTBEAT_S,
+        register_s=float(environment.get("JDL_TF_REGISTER_S", 120)),
+        reuse=environment.get("JDL_TF_REUSE") == "1",
+    )
+    if not kept:
+        import keras
+
+        keras.backend.clear_session()  # Keras' global state (its random generator) belonged to the old context
+    return not kept
+
+
+def shutdown(failed=False):
+    tf_ops.leave(failed)
+
+
+def rank_and_size():
+    group = tf_ops.current()
+    return group.rank, group.size
+
+
+def average_gradients(grads, weight=None, name="jdl_grads", timer=None):
+    """Horovod backend's average_gradients, on one packed allreduce per dtype (collectives match by order, so
+    `name` is not needed)."""
+    from jupyter_dl.backends.horovod import _cast, _dense, _timed
+
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return list(grads)
+    dense = [_dense(grads[i]) for i in present]
+    if weight is not None:
+        dense = [g * _cast(weight, g.dtype) for g in dense]
+    if timer is None:
+        reduced = tf_ops.allreduce(dense, "average")
+    else:
+        reduced = _timed(timer, dense, lambda ready: tf_ops.allreduce(ready, "average"))
+    out = list(grads)
+    for i, r in zip(present, reduced):
+        out[i] = r
+    return out
+
+
+def broadcast_from_root(variables, root_rank=0):
+    variables = list(variables)
+    if not variables:
+        return
+    values = tf_ops.broadcast([getattr(v, "value", v) for v in variables], root_rank)
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def allgather_object(obj, name=None):
+    return tf_ops.allgather_object(obj)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    return tf_ops.broadcast_object(obj, root_rank)
+
+
+def average_scalars(values, name="jdl.metrics"):
+    import tensorflow as tf
+
+    return [float(v) for v in tf_ops.allreduce(tf.constant(values, dtype=tf.float64), "average").numpy()]
+
+
+def allreduce(value, op="average", name=None):
+    import tensorflow as tf
+
+    return tf_ops.allreduce(tf.convert_to_tensor(value), op).numpy()
+
+
+@contextlib.contextmanager
+def counting_collectives(on_call):
+    """Call `on_call()` each time an eager collective starts (the stall watch's progress signal)."""
+    originals = {name: getattr(tf_ops, name) for name in ("allreduce", "broadcast", "allgather")}
+
+    def counted(fn):
+        def call(*args, **kwargs):
+            on_call()
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name, fn in originals.items():
+        setattr(tf_ops, name, counted(fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(tf_ops, name, fn)
+
+
+# TensorFlow's generated op wrappers: a rank's main thread inside one of these is in a collective.
+COLLECTIVE_OPS = {
+    "collective_reduce_v2": "allreduce",
+    "collective_gather_v2": "allgather",
+    "collective_bcast_send_v2": "broadcast",
+    "collective_bcast_recv_v2": "broadcast",
+}
+
+
+def measure_allreduce(megabytes=8, repeats=5):
+    """On two ranks: allreduce bandwidth (bytes/s) of a large tensor and latency (s) of a tiny one."""
+    import time
+
+    import tensorflow as tf
+
+    big, small = tf.zeros([megabytes * 2**20 // 4]), tf.zeros([2])
+    tf_ops.allreduce(big).numpy()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        tf_ops.allreduce(big).numpy()
+    per_big = (time.perf_counter() - start) / repeats
+    start = time.perf_counter()
+    for _ in range(repeats * 4):
+        tf_ops.allreduce(small).numpy()
+    per_small = (time.perf_counter() - start) / (repeats * 4)
+    size = tf_ops.current().size
+    moved = 2 * (size - 1) / size * megabytes * 2**20
+    return moved / max(per_big - per_small, 1e-6), per_small / (2 * (size - 1))

@@ -1,0 +1,117 @@
+"""The second backend, TensorFlow's own collective ops (`--backend tf`), on real engines: an unchanged Keras cell
+trains as it does on Horovod, a hand-written loop runs on either backend through `jupyter_dl.collectives`, a group
+that changes size gets a new TensorFlow context (and the shipped model is built again in it), and a rank that dies
+in a collective ends the job with one error naming it, without leaving the others waiting."""
+
+import time
+
+import numpy as np
+import pytest
+
+import jupyter_dl
+from jupyter_dl.errors import RankError
+from jupyter_dl.kernel import api
+
+FIT = """
+import keras
+keras.utils.set_random_seed(3)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"])
+history = model.fit(x_train, y_train, epochs=3, batch_size=32, verbose=0)
+"""
+
+
+def _last_job():
+    return api.session().jobs.all()[-1]
+
+
+def test_an_unchanged_keras_cell_trains_on_tensorflows_collectives_as_on_horovod(dl_session, digits):
+    losses = {}
+    for backend in ("horovod", "tf"):
+        namespace = dict(digits)
+        api.distribute(FIT, 2, namespace=namespace, backend=backend, plot=False)
+        job = _last_job()
+        assert (job.state, job.options["backend"]) == ("succeeded", backend)
+        losses[backend] = namespace["history"].history["loss"]
+        assert namespace["model"].optimizer.iterations.numpy() == 3 * 22  # 700 samples a rank, batches of 32
+    print("final loss, horovod vs tf:", losses["horovod"][-1], losses["tf"][-1])
+    # Same seed, same sharding, the same averaged update: only the order of floating-point sums differs.
+    np.testing.assert_allclose(losses["tf"], losses["horovod"], rtol=2e-3)
+    assert losses["tf"][-1] < losses["tf"][0] * 0.5
+
+
+def test_auto_is_horovod_where_it_is_installed(dl_session, digits):
+    api.distribute(FIT.replace("epochs=3", "epochs=1"), 2, namespace=dict(digits), plot=False)
+    assert _last_job().options["backend"] == "horovod"
+
+
+MANUAL = """
+import numpy as np
+from jupyter_dl import collectives
+me, n = collectives.rank(), collectives.size()
+summed = collectives.allreduce(np.full(3, me + 1.0), op="sum")
+averaged = collectives.allreduce(float(me))
+largest = collectives.allreduce(np.array([me]), op="max")
+config = collectives.broadcast({"lr": 0.1, "from": me}, root=1)
+everyone = collectives.allgather({"rank": me})
+collectives.barrier()
+seen = (me, n, summed.tolist(), float(averaged), int(largest[0]), config, everyone)
+"""
+
+
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_a_hand_written_loop_runs_on_either_backend_through_jupyter_dl_collectives(dl_session, backend):
+    namespace = {}
+    api.distribute(MANUAL, 2, namespace=namespace, backend=backend, manual=True, plot=False)
+    me, n, summed, averaged, largest, config, everyone = namespace["seen"]  # rank 0's
+    assert (me, n) == (0, 2)
+    assert summed == [3.0, 3.0, 3.0] and averaged == 0.5 and largest == 1
+    assert config == {"lr": 0.1, "from": 1}
+    assert everyone == [{"rank": 0}, {"rank": 1}]
+
+
+def test_a_new_group_gets_a_new_context_and_the_shipped_model_is_built_again(dl_session, digits):
+    """A model built in the notebook travels to the engines once; after a job of another size (a new TensorFlow
+    context on each engine, in which objects of the old one do not work) it is built again from what arrived."""
+    import keras
+
+    keras.utils.set_random_seed(4)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train = "history = model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)"
+    for n in (2, 1, 2):
+        namespace = {**digits, "model": model}
+        api.distribute(train, n, namespace=namespace, backend="tf", plot=False)
+        assert _last_job().state == "succeeded", n
+        assert np.isfinite(namespace["history"].history["loss"][-1])
+
+
+DIES_IN_ALLREDUCE = """
+import os, time
+import numpy as np
+from jupyter_dl import collectives
+if collectives.rank() == 1:
+    time.sleep(0.5)
+    os._exit(3)            # the engine process vanishes while rank 0 waits in the allreduce below
+collectives.allreduce(np.ones(3))
+"""
+
+
+def test_a_rank_that_dies_in_a_collective_ends_the_job_with_one_error_naming_it(dl_session):
+    assert jupyter_dl.distribute(_size, n=2, backend="tf", manual=True) == 2  # warm engines
+    started = time.monotonic()
+    with pytest.raises(RankError) as err:
+        jupyter_dl.distribute(DIES_IN_ALLREDUCE, n=2, namespace={}, manual=True, backend="tf")
+    took = time.monotonic() - started
+    assert err.value.rank == 1 and err.value.ename == "EngineError"
+    assert "rank 1" in str(err.value)
+    assert took < 10, f"time to error {took:.1f}s"  # the same bound as Horovod's (tests/kernel/test_faults.py)
+    print(f"TensorFlow backend: time to error after an engine died: {took:.2f}s")
+    assert jupyter_dl.distribute(_size, n=2, backend="tf", manual=True) == 2  # replaced; a new group forms
+
+
+def _size():
+    from jupyter_dl import collectives
+
+    return collectives.size()
