@@ -381,11 +381,13 @@ def test_every_user_option_reaches_the_magic_the_api_and_their_help():
 def test_distribute_refuses_an_unknown_option_in_one_line_before_anything_starts():
     from jupyter_dl.kernel import api
 
+    jobs_before = len(api._session.jobs.all()) if api._session is not None else 0
     with pytest.raises(UsageError) as info:
         api.distribute("x = 1", 2, lr_scaling="sqrt")
     assert str(info.value).startswith("distribute() has no option 'lr_scaling'; its options are: ")
     assert "lr_scale" in str(info.value) and "\n" not in str(info.value)
-    assert api._session is None or not api._session.jobs.all()  # nothing was started or recorded
+    jobs_after = len(api._session.jobs.all()) if api._session is not None else 0
+    assert jobs_after == jobs_before  # nothing was started or recorded
 
 
 def test_the_api_converts_what_python_callers_write():
