@@ -8,6 +8,8 @@ Two halves, imported lazily so neither side pays for the other:
 import contextlib
 import os
 
+from jupyter_dl.backends.counting import counting_calls
+
 NAME = "horovod"
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
 
@@ -228,29 +230,12 @@ def allreduce(value, op="average", name=None):
     return hvd.allreduce(tf.convert_to_tensor(value), op=ops[op], name=name).numpy()
 
 
-@contextlib.contextmanager
 def counting_collectives(on_call):
     """Call `on_call()` each time an eager Horovod op starts, for the duration (the stall watch's progress signal:
     a new collective call is progress, however its frame object's identity happens to repeat)."""
     from horovod.tensorflow import mpi_ops
 
-    library = mpi_ops.MPI_LIB
-    originals = {name: getattr(library, name) for name in COLLECTIVE_OPS if hasattr(library, name)}
-
-    def counted(fn):
-        def call(*args, **kwargs):
-            on_call()
-            return fn(*args, **kwargs)
-
-        return call
-
-    for name, fn in originals.items():
-        setattr(library, name, counted(fn))
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(library, name, fn)
+    return counting_calls(mpi_ops.MPI_LIB, COLLECTIVE_OPS, on_call)
 
 
 # The generated wrappers of Horovod's TensorFlow ops: a rank's main thread inside one of these is in a collective.

@@ -6,11 +6,11 @@
 - engine side: forming the group, and the collectives the Keras hooks need, with Horovod's signatures.
 """
 
-import contextlib
 import os
 import socket
 
 from jupyter_dl.backends import tf_ops
+from jupyter_dl.backends.counting import counting_calls
 
 NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
@@ -174,25 +174,9 @@ def allreduce(value, op="average", name=None):
     return tf_ops.allreduce(tf.convert_to_tensor(value), op).numpy()
 
 
-@contextlib.contextmanager
 def counting_collectives(on_call):
     """Call `on_call()` each time an eager collective starts (the stall watch's progress signal)."""
-    originals = {name: getattr(tf_ops, name) for name in ("allreduce", "broadcast", "allgather")}
-
-    def counted(fn):
-        def call(*args, **kwargs):
-            on_call()
-            return fn(*args, **kwargs)
-
-        return call
-
-    for name, fn in originals.items():
-        setattr(tf_ops, name, counted(fn))
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(tf_ops, name, fn)
+    return counting_calls(tf_ops, ("allreduce", "broadcast", "allgather"), on_call)
 
 
 # TensorFlow's generated op wrappers: a rank's main thread inside one of these is in a collective.
