@@ -1,5 +1,7 @@
 """Injected failures on real engines, shared by tests/kernel/test_fault_injection.py and bench/soak.py.
 
+The cells use jupyter_dl.collectives, so each fault runs unchanged on either backend (Horovod's or TensorFlow's own).
+
 Each fault is a %%distribute cell that fails in one way, on one rank, at one point: before any collective, inside a
 Keras fit (its peer waits in the gradient allreduce), after fit (its peer waits in an allreduce), or by stalling.
 The failing rank writes the moment of injection to a file, so time-to-error is measured from the failure itself.
@@ -7,6 +9,7 @@ Stops (cancel, interrupt) are requested once a rank wrote that it is where the s
 """
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -24,8 +27,8 @@ PRELUDE = """
 import os, signal, sys, time
 import numpy as np
 import keras
-import horovod.tensorflow as hvd
-RANK = hvd.rank()
+from jupyter_dl import collectives
+RANK = collectives.rank()
 def inject():
     with open(os.path.join({workdir!r}, "injected"), "w") as f:
         f.write(repr(time.monotonic()))
@@ -50,12 +53,12 @@ POINTS = {
     "fit": FIT,
     # after fit: the peer waits in a plain eager allreduce
     "after": FIT.replace("RANK in {ranks}", "False")
-    + "if RANK in {ranks}:\n    inject()\n    {action}\nhvd.allreduce(np.ones(1), name='after_fit')\n",
+    + "if RANK in {ranks}:\n    inject()\n    {action}\ncollectives.allreduce(np.ones(1))\n",
     # manual: the peer waits in an eager allreduce from the start
-    "allreduce": "if RANK in {ranks}:\n    inject()\n    {action}\nhvd.allreduce(np.ones(1), name='never_met')\n",
+    "allreduce": "if RANK in {ranks}:\n    inject()\n    {action}\ncollectives.allreduce(np.ones(1))\n",
     # every rank waits in a different collective
-    "deadlock": "inject()\nif RANK == 0:\n    hvd.allreduce(np.ones(3), name='a')\n"
-    "else:\n    hvd.broadcast(np.ones(3), root_rank=1, name='b')\n",
+    "deadlock": "inject()\nif RANK == 0:\n    collectives.allreduce(np.ones(3))\n"
+    "else:\n    collectives.broadcast(np.ones(3), root=1)\n",
 }
 
 # Restart faults: the rank fails once (a marker file remembers), the restarted job resumes from its checkpoint.
@@ -179,8 +182,9 @@ class FaultRun:
         return None if origin is None else self.ended - origin
 
 
-def run_fault(fault, workdir, n=2):
-    """Run one fault as a notebook would and time it. Never raises what the job raised: returns it."""
+def run_fault(fault, workdir, n=2, backend="horovod"):
+    """Run one fault as a notebook would, on `backend` ("horovod" or "tf"), and time it. Never raises what the job
+    raised: returns it."""
     import _thread
     import threading
 
@@ -200,12 +204,19 @@ def run_fault(fault, workdir, n=2):
         else:
             _thread.interrupt_main()  # what the notebook's stop button does to the kernel
 
+    # A kernel running a cell turns SIGINT into KeyboardInterrupt; so must this process, whatever an earlier test
+    # (a server app, a cluster app run in-process) left installed: interrupt_main only calls the current handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     if fault.stop:
         threading.Thread(target=stopper, daemon=True).start()
     started = time.monotonic()
     error = result = None
     try:
-        result = jupyter_dl.distribute(fault.code(workdir), n=n, namespace={}, name=fault.name, **fault.kwargs(workdir))
+        result = jupyter_dl.distribute(
+            fault.code(workdir), n=n, namespace={}, name=fault.name, backend=backend, **fault.kwargs(workdir)
+        )
     except (Exception, KeyboardInterrupt) as exc:
         error = exc
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return FaultRun(fault, error, result, started, time.monotonic(), injected_at(workdir), stop.get("t"))
