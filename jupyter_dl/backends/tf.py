@@ -56,10 +56,10 @@ class Rendezvous:
             self._client[eid].apply_sync(remote.TF_ADDRESS, interface) for eid, interface in zip(self._ids, interfaces)
         ]
         size = len(reports)
-        kept = reports[0]["formed"]
-        reuse = kept is not None and len(kept[0]) == size
-        reuse = reuse and all(r["formed"] == [kept[0], rank] for rank, r in enumerate(reports))
-        addresses = kept[0] if reuse else [r["fresh"] for r in reports]
+        groups = [None if r["formed"] is None else (list(r["formed"][0]), r["formed"][1]) for r in reports]
+        kept = groups[0][0] if groups[0] is not None else None
+        reuse = kept is not None and len(kept) == size and all(g == (kept, rank) for rank, g in enumerate(groups))
+        addresses = kept if reuse else [r["fresh"] for r in reports]
         return [
             {
                 "JDL_TF_ADDRESSES": ",".join(addresses),

@@ -571,8 +571,10 @@ def _setup(shell, digits, setup, backend="auto"):
         _run(shell, setup)
 
 
-@pytest.mark.parametrize("backend", ["horovod", "tf"])
+# Backend outermost: all Horovod cases, then all tf cases (alternating would make the engines build a new TensorFlow
+# collective context for every tf case, and each leaves threads and memory behind in the engine).
 @pytest.mark.parametrize("spec", CASES)
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
 def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec, backend):
     # One process, no jupyter-dl: the reference.
     _setup(shell, digits, spec["setup"])

@@ -10,17 +10,26 @@ import pytest
 from jupyter_dl.kernel import api
 from jupyter_dl.runtime.resources import ResourceSampler
 
-# Rank 1 holds ~400 MB more than rank 0 while it trains: the memory series must show it.
+# Rank 1 takes ~500 MB more a second into the job and holds it while it trains: its memory series must rise by that
+# much more than rank 0's. Growth, not level: engines that ran earlier jobs differ in what they already hold.
 CELL = """
+import time
 import keras, numpy as np
-import horovod.tensorflow as hvd
-ballast = np.ones((400 * 2**20 // 8,), dtype=np.float64) if hvd.rank() == 1 else None  # touched: resident
+from jupyter_dl import collectives
+if collectives.rank() == 1:
+    time.sleep(1.5)  # a few samples first, without the ballast
+ballast = np.ones((500 * 2**20 // 8,), dtype=np.float64) if collectives.rank() == 1 else None  # touched: resident
 keras.utils.set_random_seed(0)
 model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(x_train, y_train, epochs=6, batch_size=16, verbose=0)
 del ballast
 """
+
+
+def _growth(values):
+    """How far a memory series rose above where it started."""
+    return max(values) - values[0]
 
 
 def _last_job():
@@ -45,8 +54,8 @@ def test_each_rank_streams_its_resource_use_into_the_store(shell, digits):
         assert max(r["cpu"] for r in series) > 10  # a training rank is busy
         assert all(100 < r["rss_mb"] < 20_000 for r in series)  # TensorFlow alone is a few hundred MB
         assert not any("gpu_util" in r for r in series)  # no GPU on this machine
-    peak = {rank: max(r["rss_mb"] for r in series) for rank, series in by_rank.items()}
-    assert peak[1] - peak[0] > 300, peak
+    growth = {rank: _growth([r["rss_mb"] for r in series]) for rank, series in by_rank.items()}
+    assert growth[1] - growth[0] > 300, growth
 
     # The kernel-side state (what the live view draws) keeps the same series per rank, rebuilt here from the store.
     from jupyter_dl.live.state import TrainingState
@@ -91,11 +100,12 @@ def test_the_live_view_draws_each_ranks_resources_and_the_summary_says_where_tim
     result = jupyter_dl.distribute(cell, n=2, namespace=dict(digits), plot=True)
     names = {trace.name for trace in result.view.resources.widget.data}
     assert {"rank 0 CPU %", "rank 1 CPU %", "rank 0 memory MB", "rank 1 memory MB"} <= names
-    memory = {t.name: max(t.y) for t in result.view.resources.widget.data if t.name.endswith("memory MB")}
-    assert memory["rank 1 memory MB"] - memory["rank 0 memory MB"] > 300  # rank 1's ballast, drawn
+    memory = {t.name: list(t.y) for t in result.view.resources.widget.data if t.name.endswith("memory MB")}
+    assert _growth(memory["rank 1 memory MB"]) - _growth(memory["rank 0 memory MB"]) > 300  # the ballast, drawn
     summary = result.view.summary
     assert set(summary["time_split"]) == {0, 1} and set(summary["resources"]) == {0, 1}
-    assert summary["resources"][1]["rss_peak_mb"] > summary["resources"][0]["rss_peak_mb"] + 300
+    for rank in (0, 1):  # the summary's peak is the series' peak
+        assert summary["resources"][rank]["rss_peak_mb"] >= max(memory[f"rank {rank} memory MB"]) - 1
     text = as_text(summary)
     assert "where time went: " in text and "% in the gradient allreduce" in text, text
     assert "rank 1 CPU " in text and "peak memory" in text, text

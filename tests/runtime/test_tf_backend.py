@@ -87,6 +87,23 @@ def test_a_new_group_gets_a_new_context_and_the_shipped_model_is_built_again(dl_
         assert np.isfinite(namespace["history"].history["loss"][-1])
 
 
+def test_the_next_job_on_the_same_engines_keeps_their_group(dl_session, digits):
+    """A new group costs a TensorFlow context (its server cannot be stopped: ~100 threads and ~65 MB stay in the
+    engine), so consecutive jobs on the same engines keep theirs: the engines report the same addresses after."""
+    from jupyter_dl.wire import remote
+
+    def groups():
+        ids = _last_job().engine_ids
+        return [dl_session.cluster.client[eid].apply_sync(remote.TF_ADDRESS, "lo")["formed"] for eid in ids]
+
+    cell = FIT.replace("epochs=3", "epochs=1")
+    api.distribute(cell, 2, namespace=dict(digits), backend="tf", plot=False)
+    first = groups()
+    api.distribute(cell, 2, namespace=dict(digits), backend="tf", plot=False)
+    assert first[0] is not None and groups() == first
+    assert [rank for _, rank in first] == [0, 1]
+
+
 DIES_IN_ALLREDUCE = """
 import os, time
 import numpy as np
