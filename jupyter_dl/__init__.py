@@ -1,4 +1,5 @@
-"""jupyter-dl: run an unchanged Keras cell as a Horovod job on an ipyparallel cluster, from a notebook."""
+"""jupyter-dl: run an unchanged Keras cell as a data-parallel job (Horovod, or TensorFlow's own collectives) on an
+ipyparallel cluster, from a notebook."""
 
 from typing import TYPE_CHECKING
 
