@@ -9,6 +9,7 @@ import contextlib
 import os
 
 from jupyter_dl.backends.counting import counting_calls
+from jupyter_dl.backends.gradients import average_present
 
 NAME = "horovod"
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
@@ -151,42 +152,16 @@ def average_gradients(grads, weight=None, name="jdl_grads", timer=None):
     gradients, then exchanging them (the summary's compute vs allreduce split)."""
     import horovod.tensorflow as hvd
 
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return list(grads)
     # Horovod matches tensors across ranks by name. Left to itself it derives names from Keras' auto-generated
     # layer names, which differ between engines with different histories (`dense_3` here, `dense` on a fresh
     # engine) and then every rank waits forever. A fixed name, outside any name scope, is the same everywhere; each
     # optimizer has its own (two updates in one traced step, as in a GAN, would otherwise collide).
-    dense = [_dense(grads[i]) for i in present]
-    if weight is not None:
-        dense = [g * _cast(weight, g.dtype) for g in dense]
-    if timer is None:
-        reduced = hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True)
-    else:
-        reduced = _timed(
-            timer, dense, lambda ready: hvd.grouped_allreduce(ready, op=hvd.Average, name=name, ignore_name_scope=True)
-        )
-    out = list(grads)
-    for i, r in zip(present, reduced):
-        out[i] = r
-    return out
-
-
-def _timed(timer, inputs, collective):
-    """collective(inputs), with the time between all inputs being ready and all outputs being ready added to
-    `timer`. Control dependencies order the timestamps inside a traced step, where Python timing cannot see."""
-    import tensorflow as tf
-
-    with tf.control_dependencies(inputs):
-        started = tf.timestamp()
-    with tf.control_dependencies([started]):
-        inputs = [tf.identity(t) for t in inputs]
-    outputs = collective(inputs)
-    with tf.control_dependencies(outputs):
-        added = timer.assign_add(tf.timestamp() - started)
-    with tf.control_dependencies([added]):
-        return [tf.identity(t) for t in outputs]
+    return average_present(
+        grads,
+        lambda dense: hvd.grouped_allreduce(dense, op=hvd.Average, name=name, ignore_name_scope=True),
+        weight,
+        timer,
+    )
 
 
 def broadcast_from_root(variables, root_rank=0):
@@ -251,18 +226,6 @@ COLLECTIVE_OPS = {
     "horovod_join": "join",
     "horovod_barrier": "barrier",
 }
-
-
-def _cast(value, dtype):
-    import tensorflow as tf
-
-    return tf.cast(tf.convert_to_tensor(value), dtype)
-
-
-def _dense(grad):
-    import tensorflow as tf
-
-    return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
 
 
 def measure_allreduce(megabytes=8, repeats=5):

@@ -11,6 +11,7 @@ import socket
 
 from jupyter_dl.backends import tf_ops
 from jupyter_dl.backends.counting import counting_calls
+from jupyter_dl.backends.gradients import average_present
 
 NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
@@ -125,24 +126,8 @@ def rank_and_size():
 
 
 def average_gradients(grads, weight=None, name="jdl_grads", timer=None):
-    """Horovod backend's average_gradients, on one packed allreduce per dtype (collectives match by order, so
-    `name` is not needed)."""
-    from jupyter_dl.backends.horovod import _cast, _dense, _timed
-
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return list(grads)
-    dense = [_dense(grads[i]) for i in present]
-    if weight is not None:
-        dense = [g * _cast(weight, g.dtype) for g in dense]
-    if timer is None:
-        reduced = tf_ops.allreduce(dense, "average")
-    else:
-        reduced = _timed(timer, dense, lambda ready: tf_ops.allreduce(ready, "average"))
-    out = list(grads)
-    for i, r in zip(present, reduced):
-        out[i] = r
-    return out
+    """As Horovod's, on one packed allreduce per dtype (collectives match by order: `name` is not needed)."""
+    return average_present(grads, lambda dense: tf_ops.allreduce(dense, "average"), weight, timer)
 
 
 def broadcast_from_root(variables, root_rank=0):

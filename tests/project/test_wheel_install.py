@@ -106,14 +106,19 @@ def _constraints(path):
     return path
 
 
+# The data both notebooks train on.
+DATA_CELL = (
+    "import numpy as np\n"
+    'x = np.random.default_rng(0).normal(size=(1024, 8)).astype("float32")\n'
+    'y = x @ np.arange(1, 9, dtype="float32") / 8'
+)
+
 CELLS = [
     # The kernel itself: which Python, which jupyter_dl.
     "import json, sys, jupyter_dl\n"
     'print(json.dumps({"python": sys.executable, "jupyter_dl": jupyter_dl.__file__, "path": sys.path}))',
     "%load_ext jupyter_dl",
-    "import numpy as np\n"
-    'x = np.random.default_rng(0).normal(size=(1024, 8)).astype("float32")\n'
-    'y = x @ np.arange(1, 9, dtype="float32") / 8',
+    DATA_CELL,
     textwrap.dedent("""\
         %%distribute -n 2
         import sys
@@ -138,9 +143,7 @@ TF_CELLS = [
     "import json, os, shutil, sys\n"
     'print(json.dumps({"python": sys.executable, "PATH": os.environ["PATH"], "gcc": shutil.which("gcc")}))',
     "%load_ext jupyter_dl",
-    "import numpy as np\n"
-    'x = np.random.default_rng(0).normal(size=(1024, 8)).astype("float32")\n'
-    'y = x @ np.arange(1, 9, dtype="float32") / 8',
+    DATA_CELL,
     textwrap.dedent("""\
         %%distribute -n 2
         import importlib.util, os, shutil, sys
