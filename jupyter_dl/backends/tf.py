@@ -87,14 +87,40 @@ def address(interface=""):
 
 
 def _host(interface):
-    if not interface or interface == "lo":
+    """The address other ranks reach this engine at: loopback when every rank is on this host ("lo"), the named
+    interface's, or else the one this host uses on its route to the controller (every engine reaches the controller,
+    so that network joins the hosts, as the kernel's route does for Horovod)."""
+    if interface == "lo":
         return "127.0.0.1"
-    import psutil
+    if interface:
+        import psutil
 
-    for entry in psutil.net_if_addrs().get(interface, []):
-        if entry.family == socket.AF_INET:
-            return entry.address
-    return socket.gethostbyname(socket.gethostname())
+        for entry in psutil.net_if_addrs().get(interface, []):
+            if entry.family == socket.AF_INET:
+                return entry.address
+    return _source_address_toward(_controller_host()) or socket.gethostbyname(socket.gethostname())
+
+
+def _controller_host():
+    from urllib.parse import urlparse
+
+    from ipyparallel.engine.app import IPEngine
+
+    if not IPEngine.initialized():  # not in an ipyparallel engine (a test calling this directly)
+        return None
+    return urlparse(IPEngine.instance().registration_url).hostname
+
+
+def _source_address_toward(host):
+    """This host's address on its route to `host` (a UDP connect sends nothing; it only picks the route)."""
+    if not host:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, 9))
+        except OSError:
+            return None
+        return probe.getsockname()[0]
 
 
 def init(environment: dict) -> bool:

@@ -116,6 +116,53 @@ def test_four_ranks_on_two_hosts_train_as_one(session, digits):
     assert ranks[0]["accuracy"] > 0.5
 
 
+def _train_and_report_on_tf(x_train, y_train, **_):
+    """The same ordinary cell on TensorFlow's collectives, plus where this rank ran and the group's addresses."""
+    import socket
+
+    import keras
+
+    from jupyter_dl import collectives
+    from jupyter_dl.backends import tf_ops
+
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10, activation="softmax")]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(x_train, y_train, epochs=6, batch_size=32, verbose=0)
+    return {
+        "host": socket.gethostname(),
+        "rank": collectives.rank(),
+        "size": collectives.size(),
+        "addresses": list(tf_ops.current().addresses),
+        "weights": model.get_weights(),
+        "accuracy": history.history["accuracy"][-1],
+    }
+
+
+def test_four_ranks_on_two_hosts_train_as_one_on_tensorflows_collectives(session, digits):
+    """The TF backend has no server in the kernel: each engine names the address its collective server listens on,
+    the one its host uses toward the controller (not loopback, which the other host cannot reach)."""
+    from jupyter_dl.kernel.job.work import FunctionWork
+    from jupyter_dl.wire.options import RunOptions
+
+    result = session.runner.run(
+        FunctionWork(_train_and_report_on_tf, kwargs=digits, all_ranks=True),
+        RunOptions(n=4, timeout=600, backend="tf"),
+    )
+    ranks = result.results
+    address = {hostname: a for _, hostname, _, a in HOSTS}
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and all(r["size"] == 4 for r in ranks)
+    assert sorted(r["host"] for r in ranks) == ["jdl-host-a", "jdl-host-a", "jdl-host-b", "jdl-host-b"]
+    group = ranks[0]["addresses"]
+    assert all(r["addresses"] == group for r in ranks)
+    assert [a.rsplit(":", 1)[0] for a in group] == [address[r["host"]] for r in ranks], group
+    for other in ranks[1:]:
+        for w0, w in zip(ranks[0]["weights"], other["weights"]):
+            np.testing.assert_array_equal(w0, w)
+    assert ranks[0]["accuracy"] > 0.5
+
+
 def test_a_host_that_cannot_reach_the_kernel_is_named_within_seconds(session):
     from jupyter_dl.errors import UsageError
     from jupyter_dl.kernel.job.work import FunctionWork
@@ -183,10 +230,12 @@ model.fit(x_train, y_train, epochs=200, batch_size=8, verbose=0, callbacks=[CutH
 COLLECTIVE_TIMEOUT = 8  # seconds a rank waits for a peer in a collective (c.JobRunner.collective_timeout)
 
 
-def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(session, digits, tmp_path):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(session, digits, tmp_path, backend):
     """Host b's link goes down while the 4 ranks train. Its ranks can neither finish nor say so; host a's ranks
-    leave the collective when gloo gives up on their peers, and the job ends with an error, in the bounds the
-    fault suite gives a stall (the configured wait + 10 s). The next job runs on host a's engines."""
+    leave the collective when gloo gives up on their peers (Horovod) or the coordination service misses their
+    heartbeats (TF), and the job ends with an error, in the bounds the fault suite gives a stall (the configured
+    wait + 10 s). The next job runs on host a's engines."""
     import threading
 
     from jupyter_dl.errors import HostLost
@@ -210,11 +259,11 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
         with pytest.raises(HostLost) as error:
             session.runner.run(
                 CellWork(LINK_CUT_CELL, {**digits, "MARKER": marker}),
-                RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut"),
+                RunOptions(n=4, timeout=600, stall_timeout=0, plot=False, name="link-cut", backend=backend),
             )
         took = time.monotonic() - cut["t"]
         message = str(error.value)
-        print(f"link cut -> error in {took:.1f}s: {message}")
+        print(f"{backend}: link cut -> error in {took:.1f}s: {message}")
         assert took < COLLECTIVE_TIMEOUT + 10, f"{took:.1f}s from the cut to the error"
         # One line naming the host and its ranks, not gloo's connection errors.
         job = session.jobs.all()[-1]
@@ -222,7 +271,9 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
         assert f"host jdl-host-b (ranks {ranks}) stopped answering during the job" in message, message
         assert "\n" not in message and job.state == "failed" and job.error == "host jdl-host-b lost"
         # The next job goes to the engines still reachable, all on host a.
-        hosts = session.runner.run(FunctionWork(_hostname_and_size, all_ranks=True), RunOptions(n=2)).results
+        hosts = session.runner.run(
+            FunctionWork(_hostname_and_size, all_ranks=True), RunOptions(n=2, backend=backend)
+        ).results
         assert hosts == [("jdl-host-a", 2), ("jdl-host-a", 2)]
     finally:
         cutter.join(1)
@@ -232,6 +283,6 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
 def _hostname_and_size():
     import socket
 
-    import horovod.tensorflow as hvd
+    from jupyter_dl import collectives
 
-    return socket.gethostname(), hvd.size()
+    return socket.gethostname(), collectives.size()

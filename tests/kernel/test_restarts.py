@@ -17,14 +17,14 @@ TRAIN = """
 import os
 import keras
 import numpy as np
-import horovod.tensorflow as hvd
+from jupyter_dl import collectives
 keras.utils.set_random_seed(0)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(WIDTH, activation="relu"), keras.layers.Dense(1)])
 model.compile(keras.optimizers.Adam(0.01), "mse")
 
 class Crash(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == CRASH_AT and hvd.rank() == 1:
+        if epoch == CRASH_AT and collectives.rank() == 1:
             raise RuntimeError(f"crashed after epoch {epoch}")
 
 history = model.fit(x, y, epochs=5, batch_size=16, verbose=0, callbacks=[Crash()])
@@ -41,13 +41,14 @@ def _cell(crash_at=-1, width=16, after=""):
     return TRAIN.replace("CRASH_AT", str(crash_at)).replace("WIDTH", str(width)) + after
 
 
-def test_a_failed_run_is_resumed_by_the_next_run_of_the_cell(dl_session, tmp_path, data, capsys):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_a_failed_run_is_resumed_by_the_next_run_of_the_cell(dl_session, tmp_path, data, capsys, backend):
     ckpt = str(tmp_path / "ckpt")
     with pytest.raises(RankError, match="crashed after epoch 2"):
-        jupyter_dl.distribute(_cell(crash_at=2), n=2, namespace=dict(data), checkpoint_dir=ckpt)
+        jupyter_dl.distribute(_cell(crash_at=2), n=2, namespace=dict(data), checkpoint_dir=ckpt, backend=backend)
     assert os.listdir(ckpt) == ["fit-0.npz"]  # unfinished: three epochs saved, no temporary file left behind
     namespace = dict(data)
-    result = jupyter_dl.distribute(_cell(), n=2, namespace=namespace, checkpoint_dir=ckpt)
+    result = jupyter_dl.distribute(_cell(), n=2, namespace=namespace, checkpoint_dir=ckpt, backend=backend)
     assert "resuming from" in capsys.readouterr().out
     history = namespace["history"]
     assert history.epoch == [0, 1, 2, 3, 4]  # continuous: 3 epochs from the checkpoint, 2 trained now
@@ -57,17 +58,22 @@ def test_a_failed_run_is_resumed_by_the_next_run_of_the_cell(dl_session, tmp_pat
     assert sorted(os.listdir(ckpt)) == ["fit-0.complete.npz"]
 
 
-def test_restart_after_the_fit_finished_restores_it_instead_of_training_again(dl_session, tmp_path, data, capsys):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_restart_after_the_fit_finished_restores_it_instead_of_training_again(
+    dl_session, tmp_path, data, capsys, backend
+):
     ckpt = str(tmp_path / "ckpt")
     after = (
         "\nmarker = os.path.join(CKPT, 'failed-once')\n"
-        "if hvd.rank() == 0 and not os.path.exists(marker):\n"
+        "if collectives.rank() == 0 and not os.path.exists(marker):\n"
         "    open(marker, 'w').close()\n"
         "    raise RuntimeError('evaluation failed')\n"
-        "hvd.allreduce(np.ones(1), name='after')\n"
+        "collectives.allreduce(np.ones(1))\n"
     ).replace("CKPT", repr(ckpt))
     namespace = dict(data)
-    result = jupyter_dl.distribute(_cell() + after, n=2, namespace=namespace, restarts=1, checkpoint_dir=ckpt)
+    result = jupyter_dl.distribute(
+        _cell() + after, n=2, namespace=namespace, restarts=1, checkpoint_dir=ckpt, backend=backend
+    )
     assert len(result.job.restarts) == 1 and "evaluation failed" in result.job.restarts[0]["reason"]
     assert "resuming from" in capsys.readouterr().out
     assert namespace["history"].epoch == [0, 1, 2, 3, 4]

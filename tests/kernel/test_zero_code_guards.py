@@ -27,9 +27,10 @@ for start in range(0, 1400, 100):
 """
 
 
-def test_ranks_that_trained_apart_are_reported(shell, digits, capsys):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_ranks_that_trained_apart_are_reported(shell, digits, capsys, backend):
     shell.user_ns.update(digits)
-    result = shell.run_cell("%%distribute -n 2\n" + UPDATED_BY_HAND, store_history=False)
+    result = shell.run_cell(f"%%distribute -n 2 --backend {backend}\n" + UPDATED_BY_HAND, store_history=False)
     assert result.success, result.error_in_exec
     err = capsys.readouterr().err
     assert "the ranks trained apart: model 'model' differs on rank 1" in err, err
@@ -37,7 +38,8 @@ def test_ranks_that_trained_apart_are_reported(shell, digits, capsys):
     assert shell.user_ns["model"] is not None  # rank 0's model still comes back, with the warning
 
 
-def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsys):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsys, backend):
     shell.user_ns.update(digits)
     through_optimizer = UPDATED_BY_HAND.replace(
         "model = keras.Sequential", "optimizer = keras.optimizers.SGD(0.1)\nmodel = keras.Sequential"
@@ -47,7 +49,7 @@ def test_the_same_cell_through_an_optimizer_is_not_reported(shell, digits, capsy
         "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))",
     )
     assert "apply_gradients" in through_optimizer
-    result = shell.run_cell("%%distribute -n 2\n" + through_optimizer, store_history=False)
+    result = shell.run_cell(f"%%distribute -n 2 --backend {backend}\n" + through_optimizer, store_history=False)
     assert result.success, result.error_in_exec
     assert "trained apart" not in capsys.readouterr().err
 

@@ -34,8 +34,9 @@ def _weighted_step(batches):
     import keras
     import tensorflow as tf
 
-    from jupyter_dl.backends import horovod as backend
+    from jupyter_dl.runtime.job_backend import backend as job_backend
 
+    backend = job_backend()  # the job's: Horovod or TensorFlow's collectives
     rank, size = backend.rank_and_size()
     keras.utils.set_random_seed(7)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
@@ -51,12 +52,13 @@ def _weighted_step(batches):
     return [g.numpy() for g in backend.average_gradients(grads, weight)]
 
 
-def test_weighted_average_of_uneven_batches_equals_the_full_batch_gradient(dl_session):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_weighted_average_of_uneven_batches_equals_the_full_batch_gradient(dl_session, backend):
     import keras
     import tensorflow as tf
 
     batches = [11, 5]
-    averaged = jupyter_dl.distribute(_weighted_step, n=2, args=(batches,), all_ranks=True)
+    averaged = jupyter_dl.distribute(_weighted_step, n=2, args=(batches,), all_ranks=True, backend=backend)
     keras.utils.set_random_seed(7)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     x = np.random.default_rng(1).normal(size=(16, 4)).astype("float32")
@@ -72,23 +74,24 @@ def test_weighted_average_of_uneven_batches_equals_the_full_batch_gradient(dl_se
 SLOWED_FIT = (
     DEVICE_TIME_LAYER
     + """
-import horovod.tensorflow as hvd
+from jupyter_dl import collectives
 
 keras.utils.set_random_seed(0)
 # Rank 1 is three times slower per sample.
-model = keras.Sequential([keras.Input((64,)), DeviceTime(0.003 if hvd.rank() == 1 else 0.001),
+model = keras.Sequential([keras.Input((64,)), DeviceTime(0.003 if collectives.rank() == 1 else 0.001),
                           keras.layers.Dense(32, activation="relu"),
                           keras.layers.Dense(10, activation="softmax")])
 model.compile(keras.optimizers.Adam(0.002), "sparse_categorical_crossentropy", metrics=["accuracy"])
 history = model.fit(x_train, y_train, batch_size=32, epochs=3, verbose=0)
-checksum = hvd.allgather_object(float(sum(np.abs(v.numpy()).sum() for v in model.trainable_variables)))
+checksum = collectives.allgather(float(sum(np.abs(v.numpy()).sum() for v in model.trainable_variables)))
 """
 )
 
 
-def test_balance_on_gives_the_slow_rank_a_smaller_batch_and_keeps_ranks_in_step(dl_session, digits, capsys):
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_balance_on_gives_the_slow_rank_a_smaller_batch_and_keeps_ranks_in_step(dl_session, digits, capsys, backend):
     namespace = dict(digits)
-    jupyter_dl.distribute(SLOWED_FIT, n=2, namespace=namespace, balance="on")
+    jupyter_dl.distribute(SLOWED_FIT, n=2, namespace=namespace, balance="on", backend=backend)
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if "per-rank batch sizes" in l)
     sizes = [int(v) for v in re.search(r"batch sizes \[([\d, ]+)\]", line).group(1).split(",")]
