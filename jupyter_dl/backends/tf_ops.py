@@ -201,9 +201,18 @@ def allreduce(values, op="average", timeout=0.0):
                     timeout=timeout,
                     max_subdivs_per_device=group.subdivs,
                 )
-            for i, piece in zip(indices, tf.split(flat, [_elements(t) for t in parts], 0)):
-                out[i] = tf.reshape(piece, tf.shape(tensors[i]))
+            for i, piece in zip(indices, tf.split(flat, _split_sizes(parts), 0)):
+                out[i] = tf.ensure_shape(tf.reshape(piece, tf.shape(tensors[i])), tensors[i].shape)
     return out[0] if single else out
+
+
+def _split_sizes(parts):
+    """Each part's element count: static where every shape is known, else computed when the op runs (a traced
+    train step can hold gradients whose static shape is unknown, e.g. an embedding's densified IndexedSlices)."""
+    import tensorflow as tf
+
+    counts = [t.shape.num_elements() for t in parts]
+    return counts if None not in counts else tf.stack([tf.size(t, out_type=tf.int64) for t in parts])
 
 
 def broadcast(values, root=0, timeout=0.0):
@@ -306,8 +315,8 @@ def _words(obj):
 
 def _elements(tensor):
     count = tensor.shape.num_elements()
-    if count is None:
-        raise ValueError("collectives need tensors of a known shape")
+    if count is None:  # a receiving rank must know what arrives before it does
+        raise ValueError("a broadcast needs tensors of a known shape")
     return count
 
 

@@ -16,6 +16,7 @@ back to the notebook is an ordinary Keras model.
 import contextlib
 import itertools
 import math
+import socket
 import sys
 
 from jupyter_dl.runtime import file_writes, lr_callbacks, stall_watch
@@ -237,8 +238,15 @@ class KerasHooks:
                 )
             return None
         probe_x, probe_y, _ = shard_arrays((x, y, None), self.rank, self.size)
-        speeds = backend().allgather_object(balance.measure(model, probe_x, probe_y, batch), name="jdl.balance")
-        if max(speeds) < balance.MIN_IMBALANCE * min(speeds):
+        calls = iter(range(balance.MAX_STEPS + 1))
+
+        def step_barrier(spent):
+            return float(backend().allreduce(spent, op="max", name=f"jdl.balance.step.{next(calls)}"))
+
+        median, spread = balance.summarize(balance.measure(model, probe_x, probe_y, batch, step_barrier))
+        reports = backend().allgather_object((socket.gethostname(), median, spread), name="jdl.balance")
+        speeds = balance.speeds_to_split_by(reports, auto=self.options.balance == "auto")
+        if speeds is None:
             return None
         batches = balance.split_batch(batch * self.size, speeds)
         x, y, sample_weight = balance.take_columns((x, y, kwargs.get("sample_weight")), self.rank, batches)
@@ -251,9 +259,10 @@ class KerasHooks:
         self.updates.gradient_weight.assign(batches[self.rank] / batch)
         if self.rank == 0:
             rates = ", ".join(f"{s:,.0f}" for s in speeds)
+            basis = "each host's median rank" if self.options.balance == "auto" else "each rank's median step"
             print(
                 f"[jupyter-dl] --balance: per-rank batch sizes {batches} (global {batch * self.size}) for measured "
-                f"speeds of {rates} samples/s"
+                f"speeds of {rates} samples/s ({basis})"
             )
         return x, y, kwargs
 
