@@ -53,9 +53,10 @@ class Rendezvous:
     def environments(self, address, interfaces):
         from jupyter_dl.wire import remote
 
-        reports = [
-            self._client[eid].apply_sync(remote.TF_ADDRESS, interface) for eid, interface in zip(self._ids, interfaces)
+        asked = [  # every engine at once: one round trip, not one per rank
+            self._client[eid].apply_async(remote.TF_ADDRESS, interface) for eid, interface in zip(self._ids, interfaces)
         ]
+        reports = [answer.get(timeout=self._timeout_s) for answer in asked]
         size = len(reports)
         groups = [None if r["formed"] is None else (list(r["formed"][0]), r["formed"][1]) for r in reports]
         kept = groups[0][0] if groups[0] is not None else None

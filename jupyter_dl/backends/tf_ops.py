@@ -60,8 +60,9 @@ def form(rank, size, addresses, *, heartbeat_s=10.0, register_s=120.0, reuse=Fal
     Returns whether the group was kept (False: a new context, in which objects built before do not work)."""
     global _group, _contexts_started
     if reuse and _group is not None and _group.usable and (_group.addresses, _group.rank) == (tuple(addresses), rank):
+        order = _group.order  # the same members: the same device-name order (the new key resolves at first use)
         _group = _Group(rank, size, addresses, _group.device, _group.group_key + 1)
-        _learn_order(_group, register_s)
+        _group.order = order
         return True
     import tensorflow as tf
     from tensorflow.core.protobuf import tensorflow_server_pb2
@@ -277,18 +278,33 @@ def allgather(tensor, timeout=0.0, in_rank_order=True):
 
 
 def allgather_object(obj):
-    """Every rank's picklable object, in rank order (eager)."""
-    import tensorflow as tf
+    """Every rank's picklable object, in rank order (eager). Two collectives: every rank's byte count, then the
+    bytes padded to the longest (end-of-job checks and metrics call this on every job)."""
+    import numpy as np
 
     length, words = _words(obj)
-    lengths = allgather(tf.constant([length], tf.int64)).numpy()
-    data = allgather(tf.constant(words)).numpy()
-    found, start = [], 0
-    for n in lengths:
-        count = (int(n) + 7) // 8
-        found.append(pickle.loads(data[start : start + count].tobytes()[: int(n)]))
-        start += count
-    return found
+    lengths = [int(n) for n in _gather_rows(np.array([length], np.int64))[:, 0]]
+    longest = (max(lengths) + 7) // 8
+    rows = _gather_rows(np.pad(words, (0, longest - len(words))))
+    return [pickle.loads(rows[r].tobytes()[:n]) for r, n in enumerate(lengths)]
+
+
+def _gather_rows(array):
+    """Every rank's 1-D array of the same length, as rows of a NumPy array in rank order (eager)."""
+    import tensorflow as tf
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import collective_ops
+
+    group = current()
+    if group.size == 1:
+        return array[None]
+    with ops.device(group.device):
+        gathered = collective_ops.all_gather_v2(
+            tf.constant(array), group.size, group.group_key, _next_key(group)
+        ).numpy()
+    rows = gathered.reshape(group.size, -1)
+    position = {r: p for p, r in enumerate(group.order)}  # a gather concatenates in device-name order
+    return rows[[position[r] for r in range(group.size)]]
 
 
 def broadcast_object(obj, root=0):
