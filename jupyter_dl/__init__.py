@@ -51,6 +51,9 @@ def __dir__():
 
 def load_ipython_extension(ipython):
     # Imports stay inside: `import jupyter_dl` must not pull in ipyparallel or TensorFlow.
+    from jupyter_dl.kernel.tf_logs import quiet_kernel
+
+    quiet_kernel(parent=ipython)  # first: TensorFlow reads its log level once, when it loads
     from jupyter_dl.kernel.magics import DistributeMagics
     from jupyter_dl.wire.keras_objects import record_constructor_arguments_when_keras_loads
 

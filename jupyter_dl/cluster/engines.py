@@ -28,11 +28,29 @@ _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 
 
+class _LogFileAlreadyGone(logging.Filter):
+    """Drops ipyparallel's 'Failed to remove <log file>: [Errno 2] No such file or directory'. Each engine's and the
+    controller's log file is removed from more than one place when they stop (the stop itself, the callback when
+    the process exits, ipyparallel's server extension holding the same cluster); the one that finds it gone logs
+    an error for a file that is gone, as wanted. Other failures to remove a file still show."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        return not (message.startswith("Failed to remove ") and "[Errno 2]" in message)
+
+
+def _count(n, noun) -> str:
+    """'1 engine', '2 engines'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _ipyparallel_log():
     """ipyparallel's own logger for clusters started here, errors only. With parent=self it would otherwise log
     through the kernel's logger, and the controller's and engines' chatter would land in the cell."""
     log = logging.getLogger("jupyter_dl.ipyparallel")
     log.setLevel(logging.ERROR)
+    if not any(isinstance(f, _LogFileAlreadyGone) for f in log.filters):
+        log.addFilter(_LogFileAlreadyGone())
     return log
 
 
@@ -259,7 +277,7 @@ class EngineCluster(Configurable):
         where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
         devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
         print(
-            f"[jupyter-dl] started {where}: {status.engines} engines ({devices}); %dl_cluster stop ends it",
+            f"[jupyter-dl] started {where}: {_count(status.engines, 'engine')} ({devices}); %dl_cluster stop ends it",
             flush=True,
         )  # progress, not an error: ordinary output
 
@@ -268,7 +286,10 @@ class EngineCluster(Configurable):
         if not self.owned:
             size_checks.check_connected(n, have)
         if self._launcher == "local" and gpus.discover() and n > self._expected:
-            raise UsageError(f"{n} ranks requested but {self._expected} GPU engines exist; use -n {self._expected}")
+            raise UsageError(
+                f"{_count(n, 'rank')} requested but this cluster has {_count(self._expected, 'GPU engine')}; "
+                f"use -n {self._expected}"
+            )
         if n > self._expected:
             self._start_engines(n - self._expected)
         self._wait_for(n, progress)

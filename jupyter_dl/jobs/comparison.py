@@ -16,20 +16,19 @@ from traitlets import Float, Integer
 from traitlets.config import Configurable
 
 from jupyter_dl.errors import UsageError
+from jupyter_dl.jobs.lookup import UnknownJob, pick, visible_records
 from jupyter_dl.jobs.model import Job
 from jupyter_dl.jobs.results import RESULTS
 from jupyter_dl.live.durations import format_duration
 from jupyter_dl.live.loss_figure import BATCH_LOSS  # one name for that curve in the cell, the panel and comparisons
+from jupyter_dl.live.metric_values import format_metric
 
 X_AXES = ("step", "epoch", "time")
 X_TITLES = {"step": "step (optimizer updates)", "epoch": "epoch", "time": "seconds since training began"}
+__all__ = ["UnknownJob", "compare_jobs", "resolve"]  # UnknownJob lives in jobs.lookup; the server catches it here
 # Options that change how a run is shown or measured, not what it trains: never "a setting that differs".
 _NOT_SETTINGS = {"plot", "stream_metrics", "pooled", "probe", "n"}
 _OPTION_NAMES = {"batch_size": "batch size set by --recommend", "device_kind": "device kind"}
-
-
-class UnknownJob(UsageError):
-    """An id that names no job this user can see (a server maps it to 404)."""
 
 
 class CompareSettings(Configurable):
@@ -41,15 +40,13 @@ class CompareSettings(Configurable):
     smoothing = Float(
         0.9, help="Exponential smoothing of the per-batch loss curve, as in the live view (0: raw per-batch values)."
     ).tag(config=True)
-    min_prefix = Integer(
-        4, help="Shortest job-id prefix accepted for a job id (longer prefixes must still name exactly one job)."
-    ).tag(config=True)
 
 
 # ------------------------------------------------------------------------------------------------ job ids
-def resolve(store, ids, viewer=None, min_prefix=4) -> list:
-    """The job records (job.json dicts) that `ids` name, in order: a full id, a unique id prefix, or a unique job
-    name. `viewer` restricts to that user's jobs; another user's job is reported exactly like a missing one."""
+def resolve(store, ids, viewer=None) -> list:
+    """The job records (job.json dicts) that `ids` name, in order, each as jobs.lookup reads it (a full id, a unique
+    id prefix, or a job name: its newest job). `viewer` restricts to that user's jobs; another user's job is reported
+    exactly like a missing one."""
     if isinstance(ids, str):
         ids = ids.replace(",", " ").split()
     ids = list(dict.fromkeys(str(i) for i in ids))  # the same id twice compares nothing
@@ -58,29 +55,14 @@ def resolve(store, ids, viewer=None, min_prefix=4) -> list:
             f"give two or more job ids to compare (got {len(ids)}{': ' + ids[0] if ids else ''}); "
             f"%dl_jobs lists the jobs and their ids"
         )
-    records = [r for r in store.records() if viewer is None or r.get("user") == viewer]
-    found = [_one(records, wanted, min_prefix) for wanted in ids]
+    records = visible_records(store, viewer)
+    found = [pick(records, wanted) for wanted in ids]
     twice = [wanted for i, wanted in enumerate(ids) if found[i]["id"] in [r["id"] for r in found[:i]]]
     if twice:
         raise UsageError(
             f"{twice[0]!r} names job {found[ids.index(twice[0])]['id']} a second time; give two or more different jobs"
         )
     return found
-
-
-def _one(records, wanted, min_prefix):
-    exact = [r for r in records if r["id"] == wanted]
-    if exact:
-        return exact[0]
-    by_prefix = [r for r in records if len(wanted) >= min_prefix and r["id"].startswith(wanted)]
-    by_name = [r for r in records if r.get("name") == wanted]
-    for found in (by_prefix, by_name):
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            shown = ", ".join(f"{r['id']} ({r['name']})" for r in found[-5:])
-            raise UnknownJob(f"{wanted!r} names {len(found)} jobs ({shown}); give the job id from %dl_jobs")
-    raise UnknownJob(f"no job {wanted!r} in the job store; %dl_jobs lists the jobs and their ids")
 
 
 # ------------------------------------------------------------------------------------------- one run's data
@@ -285,7 +267,7 @@ def _table(runs, datas, store, viewer):
             rows.append(_row("settings", name, values, [_number(v) for v in values]))
     for key in _final_metrics(datas):
         values = [d.epoch_logs[-1].get(key) if d.epoch_logs else None for d in datas]
-        rows.append(_row("final metrics", key, values, [_number(v) for v in values]))
+        rows.append(_row("final metrics", key, values, [format_metric(v) for v in values]))
     walls = [run.get("elapsed") for run in runs]
     rows.append(_row("performance", "state", [r["state"] for r in runs], [r["state"] for r in runs]))
     rows.append(_row("performance", "wall time", walls, [format_duration(w) for w in walls]))
@@ -332,7 +314,7 @@ def compare_jobs(store, ids, x="step", viewer=None, settings=None) -> dict:
     settings = settings or CompareSettings()
     if x not in X_AXES:
         raise UsageError(f"x must be one of {', '.join(X_AXES)} (got {x!r})")
-    runs = [dict(r) for r in resolve(store, ids, viewer, settings.min_prefix)]
+    runs = [dict(r) for r in resolve(store, ids, viewer)]
     datas = []
     for run in runs:
         if "elapsed" not in run or run["state"] not in ("succeeded", "failed", "cancelled", "lost"):

@@ -14,6 +14,7 @@ Results go with their job: the store's retention (JobStore.retention_days, max_j
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -22,9 +23,15 @@ import cloudpickle
 from traitlets import Bool, Float
 from traitlets.config import Configurable
 
+from jupyter_dl.errors import UsageError
+from jupyter_dl.jobs.lookup import find_job, visible_records
 from jupyter_dl.wire import construction, keras_objects, payload
 
 RESULTS = "results"
+
+
+class NoResults(UsageError):
+    """The job exists but kept nothing to load (it has not succeeded, or it kept no results)."""
 
 
 class JobResults(Configurable):
@@ -93,6 +100,12 @@ class SavedJob:
     source: str = ""
     options: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    name: str = ""
+
+    def __repr__(self):
+        # What a notebook shows for `%dl_jobs load ID`: which job, what it kept; not the cell's whole source.
+        kept = [f"models {', '.join(self.models) or 'none'}", f"histories {', '.join(self.histories) or 'none'}"]
+        return f"<SavedJob {self.id} ({self.name or 'unnamed'}): {'; '.join(kept)}>"
 
     @property
     def model(self):
@@ -105,20 +118,33 @@ class SavedJob:
         return next(iter(self.models.values()))
 
 
-def load(job_dir, job_id) -> SavedJob:
+def load_job(store, wanted, viewer=None) -> SavedJob:
+    """The kept results of the job `wanted` names (an id, a unique id prefix or a job name, as jobs.lookup reads
+    them). UnknownJob when it names no job, NoResults when the job kept none, each with a one-line message."""
+    record = find_job(store, wanted, viewer)
+    job_id, name, state = record["id"], record.get("name") or "", record.get("state")
+    if state in ("queued", "starting", "running"):
+        raise NoResults(f"job {job_id} ({name}) is still {state}: load it when it has succeeded")
+    if state != "succeeded":  # failed, cancelled, lost
+        raise NoResults(f"job {job_id} ({name}) {state}: only a succeeded job keeps its models and histories")
+    return load(store.job_dir(job_id), job_id, name)
+
+
+def load(job_dir, job_id, name="") -> SavedJob:
     import keras
 
     folder = pathlib.Path(job_dir) / RESULTS
     if not folder.is_dir():
-        raise FileNotFoundError(
-            f"job {job_id} kept no results (it did not succeed, ran before results were kept, "
-            f"or c.JobResults.enabled is off)"
+        raise NoResults(
+            f"job {job_id} kept no results (it ran a function rather than a cell, saving them failed, "
+            f"or c.JobResults.enabled was off)"
         )
     saved = SavedJob(
         job_id,
         source=(folder / "cell.py").read_text(),
         options=json.loads((folder / "options.json").read_text()),
         environment=json.loads((folder / "environment.json").read_text()),
+        name=name,
     )
     custom_file = folder / "custom_objects.pkl"
     custom = cloudpickle.loads(custom_file.read_bytes()) if custom_file.exists() else {}
@@ -130,6 +156,17 @@ def load(job_dir, job_id) -> SavedJob:
     for path in sorted((folder / "history").glob("*.json")):
         saved.histories[path.stem] = json.loads(path.read_text())
     return saved
+
+
+def model_file_name(store, job_id, model, viewer=None) -> str:
+    """What a kept model downloads as: '<job name>-<model>.keras', the name made safe for any file system, with a
+    short id when other jobs the viewer sees share the name (re-runs of a named cell)."""
+    records = visible_records(store, viewer)
+    record = next((r for r in records if r["id"] == job_id), {"id": job_id, "name": ""})
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", record.get("name") or "").strip("-.") or "job"
+    if stem == "job" or sum(r.get("name") == record.get("name") for r in records) > 1:
+        stem = f"{stem}-{job_id[:6]}"
+    return f"{stem}-{model}.keras"
 
 
 def _plain(value):

@@ -190,11 +190,12 @@ def recommend(model, x, y, *, epochs=1, batch_size=32, deadline=None, probe=True
 
 def load_job(job_id):
     """A finished job's kept results (jobs.results.SavedJob): its models, histories, source, options and
-    environment, in any notebook or script that sees the same job store."""
-    from jupyter_dl.jobs.results import load
+    environment, in any notebook or script that sees the same job store. `job_id`: an id, a unique id prefix or a
+    job name (its newest job), as every command that takes a job reads it (jobs.lookup)."""
+    from jupyter_dl.jobs.results import load_job as load_kept
 
     store = _session.store if _session is not None else JobStore()
-    return load(store.job_dir(job_id), job_id)
+    return load_kept(store, job_id)
 
 
 def compare(ids, x="step"):

@@ -96,9 +96,18 @@ class _NameCollector(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def parse_cell(code: str, filename: str = "<distribute-cell>") -> ast.Module:
-    """Parse the cell; a SyntaxError is raised here, before anything is launched."""
-    return ast.parse(code, filename=filename)
+CELL_FILENAME = "<distribute-cell>"  # the file name a cell's SyntaxError carries
+
+
+def parse_cell(code: str, filename: str = CELL_FILENAME, first_line: int = 1) -> ast.Module:
+    """Parse the cell; a SyntaxError is raised here, before anything is launched, at the line the user sees
+    (first_line: the number of the code's first line, 2 below a %%distribute line)."""
+    return ast.parse(numbered_from(code, first_line), filename=filename)
+
+
+def numbered_from(code: str, first_line: int) -> str:
+    """The code with blank lines ahead so that its line numbers (in errors and tracebacks) are the user's."""
+    return "\n" * (first_line - 1) + code
 
 
 # Statements that bind their names whenever they run; a name bound by one of these at top level before any read
@@ -115,11 +124,11 @@ _UNCONDITIONAL = (
 )
 
 
-def analyse(code: str) -> CellNames:
+def analyse(code: str, first_line: int = 1) -> CellNames:
     collector = _NameCollector()
     own: set = set()  # names bound unconditionally by an earlier top-level statement
     loads = set()
-    for statement in parse_cell(code).body:
+    for statement in parse_cell(code, first_line=first_line).body:
         before = set(collector.loads)
         collector.loads = set()
         collector.visit(statement)

@@ -1,19 +1,19 @@
 """Notebook magics: thin parsing over the API; every error is one line and starts nothing."""
 
-import os
 import shlex
 
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from jupyter_dl.cluster.status import ClusterStatus
-from jupyter_dl.errors import JobCancelled, UsageError
+from jupyter_dl.errors import DistributeError, JobCancelled, UsageError
 from jupyter_dl.jobs.comparison import X_AXES
 from jupyter_dl.kernel import api, template
+from jupyter_dl.kernel.cell import CELL_FILENAME
+from jupyter_dl.kernel.job.outcomes import JobInterrupted
 from jupyter_dl.kernel.job.work import CellWork
 from jupyter_dl.kernel.options import Parser, help_text, magic_help, parse_distribute_line
 from jupyter_dl.live import summary as summary_mod
-from jupyter_dl.live.durations import format_duration
 from jupyter_dl.wire.options import duration, positive_int
 
 
@@ -47,74 +47,45 @@ def _cluster_parser():
 
 def _jobs_parser():
     p = Parser(
-        prog="%dl_jobs", add_help=False, description="List the job store's jobs, cancel one, or show a rank's log."
+        prog="%dl_jobs",
+        add_help=False,
+        description="List the job store's jobs (the newest first; `%dl_jobs list` is the same), cancel one, show a "
+        "rank's log, or load what a succeeded job kept. A job is named by its id, a unique id prefix, or its name "
+        "(the newest job of that name).",
     )
-    sub = p.add_subparsers(dest="action", parser_class=Parser)
-    listing = sub.add_parser("list", add_help=False)
-    listing.add_argument("--state", default=None)
-    cancel = sub.add_parser("cancel", add_help=False)
-    cancel.add_argument("job_id")
-    logs = sub.add_parser("logs", add_help=False)
-    logs.add_argument("job_id")
-    logs.add_argument("--rank", type=int, default=0)
-    logs.add_argument("--tail", type=int, default=None)
-    logs.add_argument("--stderr", action="store_true")
+    _listing_options(p)
+    sub = p.add_subparsers(dest="action", parser_class=Parser, metavar="{cancel,logs,load}")
+    cancel = sub.add_parser("cancel", add_help=False, help="stop a running job (from any kernel)")
+    cancel.add_argument("job_id", metavar="JOB")
+    logs = sub.add_parser("logs", add_help=False, help="print a rank's log")
+    logs.add_argument("job_id", metavar="JOB")
+    logs.add_argument("--rank", type=int, default=0, metavar="N", help="whose log (default: rank 0)")
+    logs.add_argument("--tail", type=int, default=None, metavar="N", help="only its last N lines")
+    logs.add_argument("--stderr", action="store_true", help="its stderr instead of its stdout")
+    load = sub.add_parser("load", add_help=False, help="what a succeeded job kept, as jupyter_dl.load_job gives it")
+    load.add_argument("job_id", metavar="JOB")
     return p
 
 
-def format_jobs(jobs) -> str:
-    if not jobs:
-        return "no jobs yet; put %%distribute -n 2 on top of a Keras cell to start one"
-    rows = [("ID", "NAME", "STATE", "RANKS", "PROGRESS", "ELAPSED", "NOTEBOOK")]
-    for job in jobs:
-        fraction = (job.get("progress") or {}).get("fraction")
-        rows.append(
-            (
-                job["id"],
-                job["name"],
-                job["state"],
-                str(job["n"]),
-                "-" if fraction is None else f"{fraction:.0%}",
-                format_duration(job["elapsed"]),
-                _shown_path(job.get("notebook")),
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def _shown_path(path, cwd=None) -> str:
-    """A job's notebook (stored absolute) as the reader of %dl_jobs knows it: relative to this kernel's working
-    directory (the notebook's folder) when it is under it, else with the home directory as ~, else as stored."""
-    if not path:
-        return "-"
-    cwd = cwd or os.getcwd()
-    relative = os.path.relpath(path, cwd) if os.path.isabs(path) else path
-    if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
-        return relative
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and path.startswith(home + os.sep):
-        return "~" + path[len(home) :]
-    return path
-
-
-def _cancelled_line(error, jobs, store) -> str:
-    """One line for a cancel the user asked for: which job, from where, after how long, how far it got."""
-    job = next((j for j in reversed(jobs) if j.state == "cancelled"), None)
-    if job is None:
-        return f"[jupyter-dl] {error}"
-    source = store.cancel_source(job.id) if store is not None else None
-    progress = job.progress or {}
-    reached = (
-        f" at epoch {progress['epoch']}/{progress['epochs']}"
-        if progress.get("epoch") is not None and progress.get("epochs")
-        else ""
+def _listing_options(p):
+    p.add_argument("--name", default=None, help="only jobs of this name (* and ? match any characters)")
+    p.add_argument("--state", default=None, metavar="STATE[,STATE]", help="only jobs in these states")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the N newest jobs (default: c.JobListSettings.limit, 20)",
     )
-    where = source or "the jobs panel or %dl_jobs cancel"
-    return (
-        f"[jupyter-dl] job {job.name!r} ({job.id}) was cancelled from {where}"
-        f" after {format_duration(job.elapsed)}{reached}; all {job.n} ranks stopped"
-    )
+    p.add_argument("--probes", action="store_true", help="show the probe jobs jupyter-dl runs for its measurements")
+    p.add_argument("--all", dest="everything", action="store_true", help="every job, probes included, no limit")
+
+
+def _cancelled_line(error) -> str:
+    """One line for a job the user stopped (the stop button, the jobs panel, %dl_jobs cancel): which job, how, after
+    how long, how far it got (outcomes.stop_line), and that the notebook kept its names as they were."""
+    told = str(getattr(error, "message", None) or error) or "interrupted"  # a bare KeyboardInterrupt says nothing
+    return f"{told}; the notebook's names were not updated"
 
 
 class CellCancelled(JobCancelled):
@@ -127,6 +98,22 @@ class CellCancelled(JobCancelled):
 
     def _render_traceback_(self):
         return [self.line]
+
+
+class CellSyntaxError(DistributeError):
+    """A %%distribute cell that does not parse, shown as IPython shows a plain cell's SyntaxError: the cell and
+    line (counting the %%distribute line, as the notebook numbers them), the line and a caret; no frames of ours.
+    Not a SyntaxError itself: IPython prints the whole stack for those when a magic raises them."""
+
+    def __init__(self, error: SyntaxError, shell, source):
+        super().__init__(f"{error.msg} (cell line {error.lineno})")
+        self.error = error
+        # Named as IPython names this cell, so the location reads "Cell In[n], line N".
+        error.filename = shell.compile.cache(source, shell.execution_count)
+        self.lines = shell.SyntaxTB.structured_traceback(type(error), error, [])
+
+    def _render_traceback_(self):
+        return self.lines
 
 
 def format_status(status: ClusterStatus) -> str:
@@ -234,22 +221,29 @@ class DistributeMagics(Magics):
 
     @line_magic
     def dl_jobs(self, line):
+        from jupyter_dl.jobs.lookup import find_job
+        from jupyter_dl.kernel.job_listing import JobListSettings, list_jobs
         from jupyter_dl.server.service import JobService, ServiceError
 
-        service = JobService(self.session.store)
+        store = self.session.store
         try:
-            args = _jobs_parser().parse_args(shlex.split(line))
-            if args.action in (None, "list"):
-                print(format_jobs(service.list_jobs(getattr(args, "state", None))))
-            elif args.action == "cancel":
-                print(f"job {args.job_id}: {service.cancel(args.job_id, source='%dl_jobs cancel')['state']}")
+            words = shlex.split(line)
+            args = _jobs_parser().parse_args(words[1:] if words[:1] == ["list"] else words)
+            if args.action is None:
+                limit = args.limit if args.limit is not None else JobListSettings(parent=self.shell).limit
+                return list_jobs(store, args.name, args.state, args.probes, limit, args.everything)
+            job = find_job(store, args.job_id)
+            if args.action == "load":
+                return api.load_job(job["id"])
+            service = JobService(store)
+            if args.action == "cancel":
+                state = service.cancel(job["id"], source="%dl_jobs cancel")["state"]
+                print(f"job {job['id']} ({job['name']}): {state}")
             else:
-                print(
-                    service.logs(args.job_id, args.rank, args.tail, "stderr" if args.stderr else "stdout")["text"],
-                    end="",
-                )
+                stream = "stderr" if args.stderr else "stdout"
+                print(service.logs(job["id"], args.rank, args.tail, stream)["text"], end="")
         except (UsageError, ServiceError) as exc:
-            raise IPythonUsageError(str(exc)) from None
+            raise IPythonUsageError(f"%dl_jobs: {exc}" if not str(exc).startswith("%dl_jobs") else str(exc)) from None
 
     @line_magic
     def dl_compare(self, line):
@@ -312,13 +306,19 @@ class DistributeMagics(Magics):
         # The docstring (what `%%distribute?` shows) is the parser's help, set below the class.
         try:
             options = parse_distribute_line(line)
-            result = self.session.run(
-                CellWork(cell, self.shell.user_ns), options, summary_mod.work_key(cell), show_view=True
-            )
+            work = CellWork(cell, self.shell.user_ns, first_line=2)  # line 1 is the %%distribute line
+            result = self.session.run(work, options, summary_mod.work_key(cell), show_view=True)
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
+        except SyntaxError as exc:
+            if exc.filename != CELL_FILENAME:
+                raise
+            # Found before anything started: shown as for any cell, not through our frames.
+            raise CellSyntaxError(exc, self.shell, f"%%distribute {line}\n{cell}") from None
         except JobCancelled as exc:  # asked for by the user: say what stopped, not where in our code
-            raise CellCancelled(_cancelled_line(exc, self.session.jobs.all(), self.session.store)) from None
+            raise CellCancelled(f"[jupyter-dl] {_cancelled_line(exc)}") from None
+        except KeyboardInterrupt as exc:  # the stop button: the same one line, and still an interrupt
+            raise JobInterrupted(_cancelled_line(exc)) from None
         api.bind_results(result, self.shell.user_ns)
 
 

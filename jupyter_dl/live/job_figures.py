@@ -5,6 +5,7 @@ Figures are plotly's own JSON-able dicts (`Figure.to_plotly_json`): the template
 them, since plotly.js knows no templates by name. Serialise the result with plotly.utils.PlotlyJSONEncoder.
 """
 
+from jupyter_dl.jobs.model import FINAL_STATES
 from jupyter_dl.live import loss_figure, resources_figure
 
 EPOCH_ROWS = 50  # the table shows the last 50 epochs
@@ -17,13 +18,20 @@ def _plotly(spec):
 
 
 def job_figures(job, state, template) -> dict:
-    """{"loss", "resources" (None before any rank sampled), "epochs": [{"epoch", "logs"}] oldest first, "status"}.
-    The loss figure carries the raw per-batch loss as a hidden trace, for the panel's "Raw steps" toggle."""
+    """{"loss", "note", "resources" (None until a rank's samples draw a line), "epochs": [{"epoch", "logs"}] oldest
+    first, "status"}. The loss figure carries the raw per-batch loss as a hidden trace, for the panel's "Raw steps"
+    toggle; `note` says why there is nothing to draw yet (the panel shows it instead of empty axes), else None."""
     title = loss_figure.title_of(job.name, job.n)
     epochs = [{"epoch": i, "logs": logs} for i, logs in enumerate(state.epoch_logs)]
+    note = no_data_note(job, state)
+    ended_untrained = note is not None and job.state in FINAL_STATES  # a chart of its first second says nothing
+    resources = (
+        None if ended_untrained else resources_figure.figure(state.resources, template, loss_figure.FIGURE_WIDTH)
+    )
     return {
         "loss": _plotly(loss_figure.figure(state, title, template, raw=True)),
-        "resources": _plotly(resources_figure.figure(state.resources, template, loss_figure.FIGURE_WIDTH)),
+        "note": note,
+        "resources": _plotly(resources),
         "epochs": epochs[-EPOCH_ROWS:],
         "status": {
             "state": job.state,
@@ -33,6 +41,15 @@ def job_figures(job, state, template) -> dict:
             "restarts": len(state.restarts),
         },
     }
+
+
+def no_data_note(job, state):
+    """Why the loss figure is empty, in a line, or None when it has data."""
+    if loss_figure.has_data(state):
+        return None
+    if job.state in FINAL_STATES:
+        return "no data: the job ended before its first step"
+    return "no data yet: waiting for the first training step"
 
 
 def warm_up():

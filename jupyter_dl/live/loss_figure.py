@@ -33,24 +33,47 @@ def title_of(name: str, ranks: int) -> str:
     return f"{name} · {ranks} rank{'' if ranks == 1 else 's'}"
 
 
-def _trace(name, series, axis, mode, width, dash=None, **extra) -> dict:
+def _trace(name, series, axis, mode, width, color, dash=None, **extra) -> dict:
     xs, ys = series.points()
-    return dict(
-        type="scatter", name=name, x=xs, y=ys, yaxis=axis, mode=mode, line=dict(width=width, dash=dash), **extra
-    )
+    line = dict(width=width, dash=dash, color=color)
+    markers = dict(marker=dict(color=color)) if "markers" in mode else {}
+    return dict(type="scatter", name=name, x=xs, y=ys, yaxis=axis, mode=mode, line=line, **markers, **extra)
+
+
+def metric_colors(names) -> dict:
+    """A fixed colour per metric: plotly colours traces by their place in the figure, so showing the hidden raw-loss
+    trace turned the loss from green to purple. The batch loss (smoothed and raw) takes the first colour, each
+    metric the next in order of appearance, and `val_x` shares x's colour (dotted)."""
+    from plotly.colors import qualitative
+
+    palette = qualitative.Plotly
+    bases = list(dict.fromkeys(name.removeprefix("val_") for name in names))
+    colors = {BATCH_LOSS: palette[0], RAW_LOSS: palette[0]}
+    for i, base in enumerate(bases, start=1):
+        colors[base] = colors["val_" + base] = palette[i % len(palette)]
+    return colors
 
 
 def traces(state, raw: bool = False) -> list:
     """The scatter traces, in drawing order. With `raw`, the unsmoothed per-batch loss comes first, hidden
     (`visible: False`): the panel shows it on request; the cell leaves it out (half the data to send per redraw)."""
+    colors = metric_colors(state.epoch_series)
     out = []
     if raw and len(state.batch_loss_raw):
-        out.append(_trace(RAW_LOSS, state.batch_loss_raw, "y", "lines", 1, opacity=0.35, visible=False))
-    out.append(_trace(BATCH_LOSS, state.batch_loss, "y", "lines", 1))
+        out.append(
+            _trace(RAW_LOSS, state.batch_loss_raw, "y", "lines", 1, colors[RAW_LOSS], opacity=0.35, visible=False)
+        )
+    out.append(_trace(BATCH_LOSS, state.batch_loss, "y", "lines", 1, colors[BATCH_LOSS]))
     for key, series in state.epoch_series.items():
         axis = "y" if key.endswith("loss") else "y2"
-        out.append(_trace(key, series, axis, "lines+markers", 2, "dot" if key.startswith("val_") else None))
+        dash = "dot" if key.startswith("val_") else None
+        out.append(_trace(key, series, axis, "lines+markers", 2, colors[key], dash))
     return out
+
+
+def has_data(state) -> bool:
+    """Whether there is anything to draw: a training step or an epoch's logs."""
+    return bool(state.global_step or state.epoch_logs)
 
 
 def _vertical(x, dash, width, color) -> dict:

@@ -25,6 +25,7 @@ SERIES = (
     ("gpu_mem_mb", "GPU memory MB", "y2", "dashdot"),
 )
 HEIGHT = 240
+MIN_SAMPLES = 2  # a line needs two points
 
 
 def resource_layout(template, width, title="resources per rank"):
@@ -42,7 +43,8 @@ def resource_layout(template, width, title="resources per rank"):
 def resource_traces(resources: dict):
     """[(name, x, y, axis, dash, color)] for every rank and every series it sampled."""
     starts = [series["t"][0] for series in resources.values() if series.get("t")]
-    if not starts:
+    # One sample per rank draws no line, only empty axes from -1 to 1 (a job that failed within a second): no chart.
+    if max((len(series.get("t", ())) for series in resources.values()), default=0) < MIN_SAMPLES:
         return []
     origin = min(starts)
     traces = []
@@ -79,30 +81,36 @@ def figure(resources: dict, template: str, width: int):
 
 
 class ResourceFigure:
-    """A plotly FigureWidget kept in step with TrainingState.resources; `widget` is None until samples arrive."""
+    """The live view's resource chart: a LiveFigure once some rank's samples draw a line (`widget` is None before),
+    and `figure`, a plotly Figure of what it shows (the static copy at the end)."""
 
     def __init__(self, template, width):
         self.template = template
         self.width = width
         self.widget = None
-        self._traces = {}
+        self._spec = None
 
-    def update(self, resources: dict) -> bool:
-        """Redraw from the state's series; True when the widget was created by this call (the view shows it)."""
+    def update(self, resources: dict, create: bool = True) -> bool:
+        """Redraw from the state's series; True when the widget was created by this call (the view shows it).
+        Without `create`, only `figure` follows (the job ended: no widget is shown any more)."""
         specs = trace_specs(resources)
         if not specs:
             return False
-        created = self.widget is None
-        if created:
-            import plotly.graph_objects as go
+        self._spec = {"data": specs, "layout": resource_layout(self.template, self.width)}
+        if self.widget is None:
+            if not create:
+                return False
+            from jupyter_dl.live.live_figure import LiveFigure
 
-            self.widget = go.FigureWidget(layout=resource_layout(self.template, self.width))
-        with self.widget.batch_update():
-            for spec in specs:
-                trace = self._traces.get(spec["name"])
-                if trace is None:
-                    self.widget.add_scatter(**{k: v for k, v in spec.items() if k != "type"})
-                    self._traces[spec["name"]] = self.widget.data[-1]
-                else:
-                    trace.x, trace.y = spec["x"], spec["y"]
-        return created
+            self.widget = LiveFigure(self._spec["layout"])
+            self.widget.show(specs)
+            return True
+        self.widget.show(specs)
+        return False
+
+    @property
+    def figure(self):
+        """A plotly Figure of the chart as last updated, or None before any rank drew a line."""
+        import plotly.graph_objects as go
+
+        return go.Figure(self._spec) if self._spec is not None else None

@@ -8,6 +8,7 @@ import hashlib
 import html
 
 from jupyter_dl.live.durations import format_duration
+from jupyter_dl.live.metric_values import format_metric
 
 
 def work_key(code_or_fn) -> str:
@@ -64,20 +65,17 @@ def _mean(values):
     return sum(values) / len(values)
 
 
-def time_split_text(split: dict) -> str:
+def time_split_text(split: dict, ranks: int) -> str:
     """'where time went: 81% compute, 19% in the gradient allreduce (rank 1 waited most: 27%)'."""
     seconds = sum(part["seconds"] for part in split.values())
-    if not seconds or len(split) < 2:
+    if not seconds or ranks < 2 or len(split) < 2:
         return ""  # one rank: nothing to wait for, and its "allreduce" is a copy
     share = sum(part["allreduce_s"] for part in split.values()) / seconds
     waited_most = max(split, key=lambda rank: split[rank]["share"])
-    text = (
+    return (
         f"where time went: {1 - share:.0%} compute, {share:.0%} in the gradient allreduce (waiting for the other "
-        f"ranks, then exchanging"
+        f"ranks, then exchanging; rank {waited_most} waited most: {split[waited_most]['share']:.0%})"
     )
-    if len(split) > 1:
-        text += f"; rank {waited_most} waited most: {split[waited_most]['share']:.0%}"
-    return text + ")"
 
 
 def resources_text(peaks: dict) -> str:
@@ -119,8 +117,8 @@ def as_text(s: dict) -> str:
             f"figure was the last few seconds)"
         )
     if s["final_metrics"]:
-        parts.append(" ".join(f"{k} {v:.4g}" for k, v in s["final_metrics"].items()))
-    for extra in (time_split_text(s.get("time_split") or {}), resources_text(s.get("resources") or {})):
+        parts.append(" ".join(f"{k} {format_metric(v)}" for k, v in s["final_metrics"].items()))
+    for extra in (time_split_text(s.get("time_split") or {}, s["ranks"]), resources_text(s.get("resources") or {})):
         if extra:
             parts.append(extra)
     if s["scaling_efficiency"] is not None:

@@ -1,10 +1,11 @@
-"""The cell's live view: a plotly FigureWidget with the loss curves, a progress bar, and the final summary.
+"""The cell's live view: a progress bar, the loss curves (a LiveFigure, live_figure.py) and the final summary.
 
 Before the first step (a cold cluster start takes tens of seconds) the progress area says what is happening:
-the job runner calls `status(text)` at each phase. While the job runs the widget updates in place (at most every
-`refresh_interval`). When it ends, the widget's output is replaced by a static plotly figure of the same size, so
-a notebook executed without a widget manager (nbclient, nbconvert) still holds the final picture, and the summary
-follows.
+the job runner calls `status(text)` at each phase. The figure joins it with the first step. While the job runs the
+progress line updates in place at most every `refresh_interval`, the figure every `figure_interval`. When it ends,
+the widgets' output is replaced by a static plotly figure of the same size, so a notebook executed without a widget
+manager (nbclient, nbconvert) still holds the final picture, and the summary follows; these outputs carry the job's
+id in their metadata (`{"jupyter_dl": {"job": id}}`), by which the jobs panel finds the job's cell.
 
 Throughput here is the live rate: samples per second over the last few seconds, all ranks together (the jobs
 panel shows the same figure). The summary's is the whole fit's average (see summary.py), so it is lower when
@@ -44,20 +45,29 @@ def _display(obj, **kwargs):
 class LiveView:
     """One job's view in its cell; the job runner tells it what happens (a JobObserver, kernel/job/observer.py)."""
 
-    def __init__(self, template="plotly_white", show_plot=True, refresh_interval=0.1, baseline_sps=None):
+    def __init__(
+        self, template="plotly_white", show_plot=True, refresh_interval=0.1, baseline_sps=None, figure_interval=1.0
+    ):
         self.template = template
         self.baseline_sps = baseline_sps  # samples/s of a single-rank run of the same work, if one ran
         self.summary = None
         self.show_plot = show_plot
-        self.refresh_interval = refresh_interval
-        self.figure = None
+        self.refresh_interval = refresh_interval  # the progress line
+        # The figure: each redraw costs the browser 50-100 ms of plotly.js (several times that on a loaded machine),
+        # for a curve that moves little in a second.
+        self.figure_interval = figure_interval
+        self._figure_at = -math.inf
+        self.widget = None  # the live loss figure (live_figure.LiveFigure), from the first step on
+        self._title = None  # set when the ranks start
+        self._loss_spec = None  # the loss figure as last drawn, a plotly dict
+        self._figure = None
+        self._marks_drawn = None
         self.progress_bar = None
         self.label = None
         self._handle = None
         self._box = None
         self._eta = SmoothedEta(ETA_TIME_CONSTANT_S)
         self._last_refresh = -math.inf  # never: monotonic time starts near 0 at boot
-        self._traces = {}
         self.resources = ResourceFigure(template, FIGURE_WIDTH)  # under the loss once ranks' samples arrive
         self._resource_samples_drawn = 0
         self.refresh_latencies = []  # per batch: engine batch end -> figure data changed, seconds (benchmark)
@@ -85,45 +95,73 @@ class LiveView:
         self._handle = _display(self._box, display_id=True)
 
     def started(self, job):
+        """The ranks run. The figure joins the progress area with the first step, not now: a job that fails before
+        it (a NameError in the cell) leaves no empty plot, and no widget is still being built in the browser when
+        the output is replaced at the end (that showed as 'Could not add child view to box' in the console)."""
         if not self.show_plot:
             return
-        import plotly.graph_objects as go
-
         self._progress_area()  # shown already when the job runner reported a cold start
-        layout = loss_figure.layout(loss_figure.title_of(job.name, job.n), self.template)
-        self.figure = go.FigureWidget(layout=layout)
-        self._box.children = [*self._box.children, self.figure]
+        self._title = loss_figure.title_of(job.name, job.n)
+        job_id = getattr(job, "id", None)
+        if job_id:  # the panel's Notebook button finds the running job's cell by it
+            self._box.add_class(job_class(job_id))
 
     # --------------------------------------------------------------------------------------------- update
-    def update(self, state, force=False):
-        if self.figure is None:
+    def update(self, state, force=False, final=False):
+        """Draw what `state` holds now (at most every `refresh_interval`, unless `force`). `final`: the job ended,
+        so the figures follow the state but no widget is added to the output about to be replaced."""
+        if self._title is None:
             return
         now = time.monotonic()
         if not force and now - self._last_refresh < self.refresh_interval:
             return
         self._last_refresh = now
-        with self.figure.batch_update():
-            for spec in loss_figure.traces(state):
-                self._set(spec)
-            self.figure.layout.shapes = loss_figure.shapes(state)
-            self.figure.layout.annotations = loss_figure.annotations(state)
-        # Samples come about once a second, redraws up to ten times: resend the resource series only when they grew.
+        # The progress line first: it is what a reader looks at, and it must not wait behind the figure's data.
+        self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
+        if not (loss_figure.has_data(state) and (force or now - self._figure_at >= self.figure_interval)):
+            return
+        self._figure_at = now
+        self._draw_loss(state, create=not final)
+        # Samples come about once a second: resend the resource series only when they grew.
         if state.resource_samples != self._resource_samples_drawn:
             self._resource_samples_drawn = state.resource_samples
-            if self.resources.update(state.resources):
+            if self.resources.update(state.resources, create=not final):
                 self._box.children = [*self._box.children, self.resources.widget]
         drawn = time.time()
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
-        self._update_progress(state.progress(), waiting=bool(state.ranks) and not state.global_step)
 
-    def _set(self, spec):
-        """One trace of loss_figure.traces: added the first time its name appears, its data replaced after."""
-        trace = self._traces.get(spec["name"])
-        if trace is None:
-            self.figure.add_scatter(**{k: v for k, v in spec.items() if k != "type"})
-            self._traces[spec["name"]] = self.figure.data[-1]
-        else:
-            trace.x, trace.y = spec["x"], spec["y"]
+    def _draw_loss(self, state, create=True):
+        traces = loss_figure.traces(state)
+        shapes, annotations = loss_figure.shapes(state), loss_figure.annotations(state)
+        self._loss_spec = {
+            "data": traces,
+            "layout": {**loss_figure.layout(self._title, self.template), "shapes": shapes, "annotations": annotations},
+        }
+        self._figure = None  # built again from the spec when asked for
+        if self.widget is None:
+            if not create:
+                return
+            from jupyter_dl.live.live_figure import LiveFigure
+
+            self.widget = LiveFigure(loss_figure.layout(self._title, self.template))
+            self._box.children = [*self._box.children, self.widget]
+        # Epoch marks change once an epoch: the layout is sent again only then.
+        marks = (shapes, annotations)
+        changed = {"shapes": shapes, "annotations": annotations} if marks != self._marks_drawn else None
+        self._marks_drawn = marks
+        self.widget.show(traces, changed)
+
+    @property
+    def figure(self):
+        """A plotly Figure of the loss figure as last drawn (None before the first step): what the static copy
+        shows at the end."""
+        if self._loss_spec is None:
+            return None
+        if self._figure is None:
+            import plotly.graph_objects as go
+
+            self._figure = go.Figure(self._loss_spec)
+        return self._figure
 
     def _update_progress(self, p, waiting=False):
         if self.progress_bar is None:
@@ -143,15 +181,32 @@ class LiveView:
     def finished(self, job, state):
         self.summary = summarize(job, state, self.baseline_sps)
         summary = self.summary
-        if self.figure is not None:
-            self.update(state, force=True)
+        if self._title is not None:
+            self.update(state, force=True, final=True)
+            figure = self.figure
             if self._handle is not None:
-                # A job that reported no metrics (a --manual cell without LiveMetrics) leaves no empty plot behind.
-                has_data = state.global_step or state.epoch_logs
-                self._handle.update(static_figure_bundle(self.figure) if has_data else {"text/plain": ""}, raw=True)
-            if self.resources.widget is not None:  # its live widget went with the box the static copy replaced
-                _display(static_figure_bundle(self.resources.widget), raw=True)
-        _display({"text/plain": as_text(summary), "text/html": as_html(summary)}, raw=True)
+                # The progress area becomes a static copy of the figure, or nothing when no step ran (a cell that
+                # failed early, a --manual cell without LiveMetrics): no empty plot is left behind.
+                bundle = static_figure_bundle(figure) if figure is not None else {"text/plain": ""}
+                self._handle.update(bundle, raw=True, metadata=output_metadata(job))
+            resources = self.resources.figure
+            # Under the loss figure only, as while it ran (a job that failed in its first second has no loss and a
+            # chart of a few samples says nothing); its live widget went with the box the static copy replaced.
+            if resources is not None and figure is not None:
+                _display(static_figure_bundle(resources), raw=True, metadata=output_metadata(job))
+        summary_bundle = {"text/plain": as_text(summary), "text/html": as_html(summary)}
+        _display(summary_bundle, raw=True, metadata=output_metadata(job))
+
+
+def output_metadata(job) -> dict:
+    """What the cell's outputs of a job carry in the notebook, so the jobs panel can find the job's cell."""
+    job_id = getattr(job, "id", None)
+    return {"jupyter_dl": {"job": job_id}} if job_id else {}
+
+
+def job_class(job_id) -> str:
+    """The CSS class of a running job's progress area (the panel's Notebook button scrolls to it)."""
+    return f"jp-dl-job-{job_id}"
 
 
 def progress_text(p) -> str:

@@ -14,7 +14,7 @@ from traitlets import Float
 from traitlets.config import Configurable
 
 from jupyter_dl.backends import horovod as backend
-from jupyter_dl.live.durations import format_duration
+from jupyter_dl.jobs.listing import INTERCONNECT_PROBE, RECOMMEND_PROBE
 from jupyter_dl.recommend.estimator import StepTimeEstimator
 from jupyter_dl.recommend.planner import (
     DeviceKind,
@@ -24,6 +24,7 @@ from jupyter_dl.recommend.planner import (
     spec_devices,
     spec_step_time,
 )
+from jupyter_dl.recommend.quantities import plan_bytes, plan_duration, plan_energy
 from jupyter_dl.wire import remote
 
 
@@ -46,10 +47,10 @@ class Recommendation:
                     f"{plan.ranks} {times} {plan.kind}",
                     str(plan.batch_size),
                     f"{plan.learning_rate:.3g}" if plan.learning_rate else "-",
-                    format_duration(plan.epoch_s),
-                    format_duration(plan.total_s),
-                    _energy(plan.energy_j),
-                    f"{plan.memory_bytes / 2**20:,.0f} MiB",
+                    plan_duration(plan.epoch_s),
+                    plan_duration(plan.total_s),
+                    plan_energy(plan.energy_j),
+                    plan_bytes(plan.memory_bytes),
                     plan.basis,
                     plan.why_not,
                 ),
@@ -77,10 +78,6 @@ class Recommendation:
 
     def __repr__(self):
         return self.as_text()
-
-
-def _energy(joules):
-    return f"{joules / 3.6e6:.3g} kWh" if joules >= 3.6e5 else f"{joules / 1000:.3g} kJ"
 
 
 class Advisor(Configurable):
@@ -139,7 +136,7 @@ class Advisor(Configurable):
                 from jupyter_dl.wire.options import RunOptions
 
                 # A second of tensor traffic, not training: it does not wait in the GPU pool's queue.
-                options = RunOptions(n=2, manual=True, plot=False, name="interconnect-probe", pooled=False)
+                options = RunOptions(n=2, manual=True, plot=False, name=INTERCONNECT_PROBE, pooled=False)
                 work = FunctionWork(backend.measure_allreduce)
                 self._interconnect = self.session.runner.run(work, options).results[0]
             else:
@@ -188,7 +185,7 @@ class Advisor(Configurable):
         work = FunctionWork(
             remote.PROFILE, (model, x[:largest], y[:largest], [batch_size, batch_size * 2, batch_size * 4])
         )
-        options = RunOptions(n=1, manual=True, plot=False, name="recommend-probe")
+        options = RunOptions(n=1, manual=True, plot=False, name=RECOMMEND_PROBE)
         return self.session.runner.run(work, options).results[0]
 
 

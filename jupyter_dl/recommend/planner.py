@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from jupyter_dl.live.durations import format_duration
 from jupyter_dl.recommend.estimator import allreduce_time, memory_bytes
+from jupyter_dl.recommend.quantities import plan_duration
 
 DEVICE_TABLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "devices.json"
 BATCH_MULTIPLIERS = (1, 2, 4)  # per-rank batch relative to the cell's; larger global batches get a scaled LR
@@ -133,7 +134,7 @@ def choose(plans, deadline_s=None, alternatives=3):
         chosen = min(fitting, key=lambda p: (p.total_s, p.energy_j))
         headline = (
             f"no plan meets the deadline of {format_duration(deadline_s)}; "
-            f"the fastest takes {format_duration(chosen.total_s)}: {chosen.ranks} x {chosen.kind}"
+            f"the fastest takes {plan_duration(chosen.total_s)}: {chosen.ranks} x {chosen.kind}"
         )
     others = []
     for pick in (
@@ -154,10 +155,10 @@ def choose(plans, deadline_s=None, alternatives=3):
 
 def _why_not(plan, chosen, deadline_s):
     if not plan.meets_deadline:
-        return f"misses the deadline by {format_duration(plan.total_s - deadline_s)}"
+        return f"misses the deadline by {plan_duration(plan.total_s - deadline_s)}"
     energy = plan.energy_j / chosen.energy_j if chosen.energy_j else math.inf
     speed = chosen.total_s / plan.total_s if plan.total_s else math.inf
     if energy > 1.0:
-        faster = f", {speed:.2f}x as fast" if speed > 1.0 else f", and slower ({format_duration(plan.total_s)})"
+        faster = f", {speed:.2f}x as fast" if speed > 1.0 else f", and slower ({plan_duration(plan.total_s)})"
         return f"{energy:.2f}x the energy{faster}"
-    return f"slower ({format_duration(plan.total_s)} against {format_duration(chosen.total_s)})"
+    return f"slower ({plan_duration(plan.total_s)} against {plan_duration(chosen.total_s)})"

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from jupyter_dl.runtime.optimizer_hooks import steps_of_our_own
+
 
 def suggest(lrs, smoothed):
     """A tenth of the learning rate at the smoothed loss's minimum (Smith's rule: the minimum sits at the edge of
@@ -21,6 +23,7 @@ def suggest(lrs, smoothed):
     return float(lrs[int(np.argmin(smoothed))]) / 10.0
 
 
+@steps_of_our_own()  # its steps run outside fit on shards of its own: no "custom loop" note
 def range_test(model, x, y, start_lr=1e-7, end_lr=10.0, steps=100, batch_size=32, beta=0.98, diverge=4.0, seed=0):
     """Sweep the learning rate on `model` (compiled) over batches of (x, y). Returns lrs, losses, smoothed loss and
     the suggestion. Distributed when Horovod is initialised with more than one rank."""

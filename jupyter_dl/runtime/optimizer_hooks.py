@@ -14,9 +14,24 @@ where we hook, on the classes, for the duration of one cell:
   so its averaged gradient is the one-process gradient and its learning rate stays as written.
 """
 
+import contextlib
 import threading
 
 from jupyter_dl.runtime.job_backend import backend
+
+_own_steps = threading.local()  # .active while jupyter-dl itself trains outside fit (see steps_of_our_own)
+
+
+@contextlib.contextmanager
+def steps_of_our_own():
+    """Mark training steps jupyter-dl takes itself outside fit (the --recommend probe timing the cell's model,
+    lr_find's sweep over the shards it took): they are no custom loop of the user's, so no note says they are."""
+    before = getattr(_own_steps, "active", False)
+    _own_steps.active = True
+    try:
+        yield
+    finally:
+        _own_steps.active = before
 
 
 class DistributedUpdates:
@@ -69,7 +84,7 @@ class DistributedUpdates:
                 updates.scale_for_sharded_data(optimizer)
             if getattr(updates._local, "inside", False):  # an inner optimizer: the outer one averaged already
                 return original(optimizer, grads, trainable_variables)
-            if not updates.in_fit:
+            if not updates.in_fit and not getattr(_own_steps, "active", False):
                 updates._note_custom_loop(optimizer)
             updates._local.inside = True
             try:

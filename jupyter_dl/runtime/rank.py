@@ -128,6 +128,7 @@ def run(spec: RankSpec) -> dict:
     t0 = time.perf_counter()
     rank = spec.rank
     previous_handler = None
+    in_end_check = False  # in jupyter-dl's own collective after the user's code ended
     outcome = dict(rank=rank, ok=True, hostname=socket.gethostname())
     # Setup is not interruptible: a KeyboardInterrupt inside `import tensorflow` leaves the engine half-imported,
     # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
@@ -159,11 +160,14 @@ def run(spec: RankSpec) -> dict:
                 _exec_cell(spec, namespace)
                 result = None
             else:  # called here, not in a helper: a function's traceback starts at this frame, as before
-                fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
+                with keras_objects.quiet_rebuild():  # a model among the arguments is rebuilt here, as in a cell
+                    fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
                 result = fn(*args, **kwargs)
         timings["run_s"] = time.perf_counter() - t1
         if hooks is not None:
+            in_end_check = True
             apart = _ranks_apart(hooks, namespace if spec.mode == "cell" else {})
+            in_end_check = False
             if apart:
                 outcome["diverged"] = divergence.warning(apart)
         t2 = time.perf_counter()
@@ -178,7 +182,8 @@ def run(spec: RankSpec) -> dict:
             ok=False,
             ename=type(exc).__name__,
             evalue=str(exc),
-            induced=_is_induced(exc),
+            # This rank's code had ended well: the check's collective fails only because a peer left the job.
+            induced=in_end_check or _is_induced(exc),
             traceback=_user_traceback(exc),
         )
     finally:
@@ -186,6 +191,7 @@ def run(spec: RankSpec) -> dict:
         _leave_job(spec, previous_handler, failed=not outcome["ok"])
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
+    outcome["tf_contexts"] = tf_ops.contexts_started()
     return outcome
 
 

@@ -129,9 +129,12 @@ class ModelDownloadHandler(_Base):
     @web.authenticated
     @authorized
     async def get(self, job_id, name):
+        from jupyter_dl.jobs.results import model_file_name
+
         path = self.service.model_file(job_id, name, viewer=self.viewer)
+        filename = model_file_name(self.service.store, job_id, name, viewer=self.viewer)  # the job's name, not its id
         self.set_header("Content-Type", "application/octet-stream")
-        self.set_header("Content-Disposition", f'attachment; filename="{job_id}-{name}.keras"')
+        self.set_header("Content-Disposition", f'attachment; filename="{filename}"')
         self.set_header("Content-Length", str(path.stat().st_size))
         with open(path, "rb") as f:
             while chunk := f.read(self.CHUNK):
@@ -160,7 +163,7 @@ class ClusterHandler(_Base):
         from jupyter_dl.server.owners import notebooks_by_kernel_pid
 
         owners = await notebooks_by_kernel_pid(self.serverapp)
-        return self._call(self.service.cluster, owners, viewer=self.viewer)
+        return self._call(self.service.cluster, with_child_processes(owners), viewer=self.viewer)
 
 
 class ClusterStopHandler(_Base):
@@ -190,6 +193,23 @@ class ClusterStopHandler(_Base):
 
 
 _stopping: set = set()  # tasks of stops under way
+
+
+def with_child_processes(notebooks_by_pid: dict) -> dict:
+    """{pid: notebook} for each kernel process the server started and every process under it. A kernel started
+    through a wrapper (a shell script, `uv run`, a conda activation) runs Python, which names its clusters, under
+    another pid than the one the server launched: its clusters showed as "kernel 7265" instead of the notebook."""
+    import psutil
+
+    found = dict(notebooks_by_pid)
+    for pid, notebook in notebooks_by_pid.items():
+        try:
+            children = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        for child in children:
+            found.setdefault(child.pid, notebook)
+    return found
 
 
 def _warm_up_figures():

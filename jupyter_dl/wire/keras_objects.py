@@ -11,6 +11,7 @@ Keras also rebuilds a subclassed model by calling its constructor with the argum
 `Net(units=8)` and its weights no longer fit. `record_constructor_arguments()` makes it record what was given.
 """
 
+import contextlib
 import inspect
 import sys
 import types
@@ -155,6 +156,19 @@ def restore_optimizers(value, payload: KerasPayload) -> bool:
     return fitted
 
 
+@contextlib.contextmanager
+def quiet_rebuild():
+    """Keras' warnings about a model rebuilt from its archive, which the rebuilding side caused and settles:
+    an optimizer built on arrival has more variables than the unbuilt one that was saved (its state is put back
+    afterwards, when there is one), a custom layer without build() builds on the call that reconnects the graph, as
+    it did for the sender, and compile arguments come back through the construction record."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        warnings.filterwarnings("ignore", message=".*was called on layer .* does not have a `build\\(\\)` method")
+        warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called as part of model loading")
+        yield
+
+
 def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None):
     """Rebuild the object; `receivers_own` maps names to objects the receiver prefers to the travelling copies
     (classes), `resolve(name)` gives the receiver's object for an argument that travelled as a reference."""
@@ -173,13 +187,8 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
             keras.saving.custom_object_scope(scope),
             SafeModeScope(False),
             construction.deserialising(resolve or construction.no_names),
-            warnings.catch_warnings(),
+            quiet_rebuild(),
         ):
-            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-            # A custom layer without build() rebuilt inside a functional model: its sub-layers build on the call
-            # that reconnects the graph, as they did in the sender's process.
-            warnings.filterwarnings("ignore", message=".*was called on layer .* does not have a `build\\(\\)` method")
-            warnings.filterwarnings("ignore", message=".*compile\\(\\)` was not called as part of model loading")
             value = cloudpickle.loads(payload.blob)
     finally:
         keras.config.set_dtype_policy(previous_policy)

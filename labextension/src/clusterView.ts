@@ -3,7 +3,7 @@
  * each GPU's utilisation and memory. Rebuilt from the cluster endpoint's reply; the panel skips unchanged replies.
  */
 import { h } from './dom';
-import { basename, clampFraction, formatMemory, formatPercent } from './format';
+import { basename, clampFraction, formatMemory, formatPercent, hostLabel } from './format';
 import { ICluster, IClusterInfo, IGpu } from './model';
 
 export interface IClusterActions {
@@ -90,9 +90,15 @@ function clusterRow(cluster: ICluster, actions: IClusterActions): HTMLElement {
       ...hosts.map(([host, count]) =>
         h(
           'li',
-          { className: 'jp-dl-cluster-host', 'data-host': host },
+          {
+            className: 'jp-dl-cluster-host',
+            'data-host': host,
+            title: `${count} ${count === 1 ? 'engine runs' : 'engines run'} on ${hostLabel(host)}`
+          },
+          // "host vm: 2 engines": a bare "vm 2 engines" did not say that vm is the machine's name.
+          hostLabel(host) === host ? null : h('span', { className: 'jp-dl-cluster-host-label' }, 'host '),
           h('span', { className: 'jp-dl-cluster-host-name' }, host),
-          h('span', { className: 'jp-dl-cluster-host-engines' }, `${count} ${count === 1 ? 'engine' : 'engines'}`)
+          h('span', { className: 'jp-dl-cluster-host-engines' }, `: ${count} ${count === 1 ? 'engine' : 'engines'}`)
         )
       )
     )

@@ -5,6 +5,7 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { IStateDB } from '@jupyterlab/statedb';
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, JobsApi, errorMessage } from './api';
@@ -14,6 +15,7 @@ import { formatRanks, isActive } from './format';
 import { jobsIcon } from './icons';
 import { JobsModel } from './jobsModel';
 import { loadModelCode } from './keptModels';
+import { ICellLike, jobCellIndex } from './jobCell';
 import { createLogsWidget, widgetId } from './logs';
 import { IJob } from './model';
 import { PANEL_ID } from './panel';
@@ -50,6 +52,8 @@ export interface ICommandContext {
   /** The settings now (changed in place when they change). */
   config: ITabConfig;
   rendermime: IRenderMimeRegistry;
+  /** JupyterLab's state database: what a logs tab shows survives a reload (null without one). */
+  state: IStateDB | null;
 }
 
 /** The text of the getting-started dialog: the two lines a user needs. */
@@ -121,7 +125,11 @@ export function addTabCommands(ctx: ICommandContext): void {
       const id = jobIdArg(args);
       try {
         await openTab(shell, trackers.logs, widgetId('logs', id), async () =>
-          createLogsWidget(api, await findJob(ctx, id), { interval: config.pollInterval, tail: config.logTailLines })
+          createLogsWidget(api, await findJob(ctx, id), {
+            interval: config.pollInterval,
+            tail: config.logTailLines,
+            choices: ctx.state
+          })
         );
       } catch (error) {
         if (isRestoring(args)) {
@@ -161,6 +169,42 @@ export function addTabCommands(ctx: ICommandContext): void {
   });
 }
 
+/**
+ * Makes the cell that ran `jobId` the notebook's active cell and scrolls it into view; false when no cell shows
+ * the job (its outputs were cleared). `panel` is what `docmanager:open` returned: a NotebookPanel, read by shape
+ * (this extension does not depend on the notebook package).
+ */
+async function revealJobCell(panel: any, jobId: string): Promise<boolean> {
+  const notebook = panel?.content;
+  if (!notebook || !Array.isArray(notebook.widgets)) {
+    return true; // not a notebook view: nothing to look for
+  }
+  await panel.context?.ready;
+  await panel.revealed;
+  const cells: ICellLike[] = notebook.widgets.map((cell: any) => {
+    const outputs = cell.model?.outputs;
+    const metadata: unknown[] = [];
+    for (let i = 0; outputs && i < outputs.length; i++) {
+      metadata.push(outputs.get(i)?.metadata);
+    }
+    return {
+      outputMetadata: metadata,
+      hasClass: (name: string) => !!cell.node?.querySelector(`.${CSS.escape(name)}`)
+    };
+  });
+  const index = jobCellIndex(cells, jobId);
+  if (index < 0) {
+    return false;
+  }
+  notebook.activeCellIndex = index;
+  if (typeof notebook.scrollToItem === 'function') {
+    await notebook.scrollToItem(index, 'center');
+  } else {
+    notebook.widgets[index].node.scrollIntoView({ block: 'center' });
+  }
+  return true;
+}
+
 /** Open a job's notebook, load a kept model into the current notebook. */
 export function addJobCommands(ctx: ICommandContext): void {
   const { commands, shell } = ctx.app;
@@ -180,7 +224,13 @@ export function addJobCommands(ctx: ICommandContext): void {
           return;
         }
         // The server gives the path relative to its root, which is what the document manager opens.
-        return await commands.execute('docmanager:open', { path: job.notebook });
+        const panel = await commands.execute('docmanager:open', { path: job.notebook });
+        if (!(await revealJobCell(panel, job.id))) {
+          Notification.info(`The notebook has no cell showing job ${job.name} (${job.id}) any more.`, {
+            autoClose: 4000
+          });
+        }
+        return panel;
       } catch (error) {
         void showErrorMessage('Cannot open the notebook', errorMessage(error));
       }

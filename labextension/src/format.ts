@@ -238,3 +238,16 @@ export function formatQueue(job: Pick<IJob, 'state' | 'progress'>): string {
   }
   return `position ${position} in the GPU queue`;
 }
+
+/** The first characters of a job id, enough to tell runs of one cell apart: `3f2a1b`. */
+export function shortJobId(id: string, length = 6): string {
+  return id.slice(0, length);
+}
+
+/**
+ * How the cluster section names where engines run: `host vm` for a machine, a scheduler's allocation as it is
+ * (`slurm allocation`).
+ */
+export function hostLabel(host: string): string {
+  return host.endsWith(' allocation') ? host : `host ${host}`;
+}

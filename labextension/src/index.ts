@@ -12,6 +12,7 @@ import { DEFAULT_POLL_INTERVAL, JobsModel, MIN_POLL_INTERVAL } from './jobsModel
 import { DEFAULT_LOG_TAIL } from './logs';
 import { modelDownloadPath } from './keptModels';
 import { JobsPanel } from './panel';
+import { PlotlyBox } from './plotlyBox';
 import { applyTabConfig, createTabTrackers, restoreTabs } from './tabs';
 
 export { PANEL_ID } from './panel';
@@ -67,6 +68,18 @@ function followSettings(ctx: ICommandContext, settingRegistry: ISettingRegistry)
     });
 }
 
+/**
+ * Lends plotly.js to the cells' live figures (jupyter_dl/live/live_figure.js reads `globalThis.jupyterDl.plotly`)
+ * and loads it once the page is idle after start: compiling plotly.js blocks the page for a second or more on a
+ * slow machine, which then happens before any job streams, and once per page.
+ */
+function lendPlotly(app: JupyterFrontEnd, rendermime: IRenderMimeRegistry): void {
+  const shared = ((globalThis as any).jupyterDl ??= {});
+  shared.plotly = () => PlotlyBox.library(rendermime);
+  const idle = (globalThis as any).requestIdleCallback ?? ((fn: () => void) => setTimeout(fn, 1000));
+  void app.restored.then(() => idle(() => void PlotlyBox.library(rendermime)));
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-dl:plugin',
   description: 'Distributed deep learning from notebooks: the distributed jobs sidebar.',
@@ -81,6 +94,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     state: IStateDB | null
   ) => {
+    lendPlotly(app, rendermime);
     const api = new JobsApi();
     const config: ITabConfig = { ...DEFAULT_CONFIG };
     let panel: JobsPanel | null = null;
@@ -90,7 +104,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isVisible: () => panel !== null && panel.isVisible,
       state
     });
-    const ctx: ICommandContext = { app, api, model, trackers: createTabTrackers(), config, rendermime };
+    const ctx: ICommandContext = { app, api, model, trackers: createTabTrackers(), config, rendermime, state };
     addCommands(ctx);
 
     panel = createPanel(ctx);

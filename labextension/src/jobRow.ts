@@ -20,6 +20,7 @@ import {
   isActive,
   isFinal,
   RATE_HELP,
+  shortJobId,
   startedAt,
   stateBadgeClass
 } from './format';
@@ -62,6 +63,7 @@ export class JobRow {
       }
     });
     this._name = h('span', { className: 'jp-dl-job-name' });
+    this._shortId = h('span', { className: 'jp-dl-job-id jp-dl-muted' });
     this._badge = h('span', {});
     this._notebook = h('span', { className: 'jp-dl-job-notebook' });
     this._ranks = h('span', { className: 'jp-dl-job-ranks' });
@@ -110,7 +112,7 @@ export class JobRow {
       'li',
       { className: 'jp-dl-job' },
       h('div', { className: 'jp-dl-job-head' }, this._select, this._name, this._badge),
-      h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._started, this._ranks),
+      h('div', { className: 'jp-dl-job-meta' }, this._notebook, this._started, this._shortId, this._ranks),
       h('div', { className: 'jp-dl-job-progress-row' }, this._progress, this._percent),
       this._stats,
       this._timing,
@@ -184,6 +186,9 @@ export class JobRow {
       job.gpus?.length ? `GPUs ${job.gpus.join(', ')}` : ''
     ].filter(Boolean);
     setAttr(this._name, 'title', `${job.name}\n${details.join('\n')}`);
+    // Runs of one cell share a name: a few characters of the id tell them apart (as %dl_jobs lists them).
+    setText(this._shortId, shortJobId(job.id));
+    setAttr(this._shortId, 'title', `job id ${job.id}`);
 
     const badgeClass = stateBadgeClass(job.state);
     if (this._badge.className !== badgeClass) {
@@ -211,7 +216,8 @@ export class JobRow {
     setAttr(this._started, 'title', started === null ? null : `started ${formatTimestamp(started)}`);
     setText(this._ranks, formatRanks(job));
     const lastRestart = job.restarts?.length ? job.restarts[job.restarts.length - 1] : null;
-    setAttr(this._ranks, 'title', lastRestart ? `last restart: ${lastRestart.reason}` : null);
+    const ranks = formatRanks(job);
+    setAttr(this._ranks, 'title', lastRestart ? `${ranks}; last restart: ${lastRestart.reason}` : ranks);
   }
 
   /** The progress bar, its percent and the loss sparkline. */
@@ -226,6 +232,7 @@ export class JobRow {
       this._fill.style.width = width;
     }
     setText(this._percent, formatPercent(fraction));
+    setAttr(this._percent, 'title', fraction === null ? null : `${formatPercent(fraction)} of the planned steps`);
 
     const spark = progress.sparkline ?? [];
     setAttr(this._sparkPath, 'd', sparklinePath(spark, SPARK_W, SPARK_H, 2));
@@ -239,15 +246,21 @@ export class JobRow {
     const progress = job.progress ?? {};
     const queued = formatQueue(job);
     const final = isFinal(job.state) ? formatFinalMetrics(job.final_metrics) : '';
-    setText(this._epoch, final ? '' : queued || formatEpochStep(progress));
-    setAttr(this._epoch, 'title', queued ? (progress.reason ?? null) : null);
+    // Every text here may be cut short in a narrow sidebar: each carries itself whole in its tooltip.
+    const epochStep = final ? '' : queued || formatEpochStep(progress);
+    setText(this._epoch, epochStep);
+    setAttr(this._epoch, 'title', queued ? (progress.reason ?? queued) : epochStep || null);
     setText(this._final, final);
-    setAttr(this._final, 'title', final ? 'final metrics (last epoch, rank 0)' : null);
-    setText(this._rate, isActive(job.state) ? formatRate(progress.samples_per_s) : '');
-    setAttr(this._rate, 'title', RATE_HELP);
-    setText(this._elapsed, formatDuration(job.elapsed));
-    setAttr(this._elapsed, 'title', 'elapsed');
-    setText(this._eta, formatEta(etaS, job.state));
+    setAttr(this._final, 'title', final ? `final metrics (last epoch, rank 0): ${final}` : null);
+    const rate = isActive(job.state) ? formatRate(progress.samples_per_s) : '';
+    setText(this._rate, rate);
+    setAttr(this._rate, 'title', rate ? `${RATE_HELP} Now: ${rate}.` : RATE_HELP);
+    const elapsed = formatDuration(job.elapsed);
+    setText(this._elapsed, elapsed);
+    setAttr(this._elapsed, 'title', `elapsed ${elapsed}`);
+    const eta = formatEta(etaS, job.state);
+    setText(this._eta, eta);
+    setAttr(this._eta, 'title', eta ? `${eta} (estimated time left)` : null);
   }
 
   /** The error line, kept models and the buttons that apply to the job's state. */
@@ -277,6 +290,7 @@ export class JobRow {
   private _job: IJob | null = null;
   private _select: HTMLInputElement;
   private _name: HTMLElement;
+  private _shortId: HTMLElement;
   private _badge: HTMLElement;
   private _notebook: HTMLElement;
   private _ranks: HTMLElement;

@@ -9,7 +9,8 @@ import { apiPath } from './url';
  * valid Python string literals too, so no id or name can break out of them.
  */
 export function loadModelCode(jobId: string, name: string): string {
-  return `import jupyter_dl\n\nmodel = jupyter_dl.load_job(${JSON.stringify(jobId)}).models[${JSON.stringify(name)}]`;
+  // No blank line: a two-line cell reads as one step.
+  return `import jupyter_dl\nmodel = jupyter_dl.load_job(${JSON.stringify(jobId)}).models[${JSON.stringify(name)}]`;
 }
 
 /** The download endpoint of a kept model, relative to the server's base URL. */

@@ -10,6 +10,7 @@ import { h, setText } from './dom';
 import { formatTimestamp, isFinal, tabTitle } from './format';
 import { jobsIcon } from './icons';
 import { IJob, LogStream } from './model';
+import { emptyLogText, ILogChoiceStore, logChoiceKey, readLogChoice } from './logChoice';
 import { followTail } from './tail';
 import { JobTabView } from './watch';
 
@@ -21,7 +22,7 @@ export function widgetId(kind: string, jobId: string): string {
 }
 
 export class LogsView extends JobTabView {
-  constructor(api: JobsApi, job: IJob, options: { interval: number; tail: number }) {
+  constructor(api: JobsApi, job: IJob, options: { interval: number; tail: number; choices?: ILogChoiceStore | null }) {
     super(api, job, 'jp-dl-log-message');
     this.addClass('jp-dl-LogsView');
     this._tail = Math.max(1, options.tail);
@@ -35,7 +36,7 @@ export class LogsView extends JobTabView {
     });
     this.rankSelect.addEventListener('change', () => {
       this._rank = Number(this.rankSelect.value);
-      this._switched();
+      this._switched(true);
     });
     this.streamButtons = (['stdout', 'stderr'] as LogStream[]).map(stream => {
       const button = h(
@@ -51,7 +52,7 @@ export class LogsView extends JobTabView {
       button.addEventListener('click', () => {
         if (this._stream !== stream) {
           this._stream = stream;
-          this._switched();
+          this._switched(true);
         }
       });
       return button;
@@ -64,7 +65,30 @@ export class LogsView extends JobTabView {
     this.node.append(this._message, h('div', { className: 'jp-RenderedText jp-dl-log-output' }, this._pre));
     this.node.setAttribute('tabindex', '0');
 
+    this._choices = options.choices ?? null;
     this.startWatching(options.interval);
+    this._restoreChoice();
+  }
+
+  /** The rank and stream this tab showed before the page reloaded, unless the user chose already. */
+  private _restoreChoice(): void {
+    this._choices
+      ?.fetch(logChoiceKey(this._job.id))
+      .then(value => {
+        const choice = readLogChoice(value);
+        if (
+          choice &&
+          !this._chosen &&
+          !this.isDisposed &&
+          (choice.rank !== this._rank || choice.stream !== this._stream)
+        ) {
+          this._rank = choice.rank;
+          this._stream = choice.stream;
+          this._renderRanks();
+          this._switched(false);
+        }
+      })
+      .catch(reason => console.warn('jupyter-dl: cannot read the logs tab choice', reason));
   }
 
   readonly rankSelect: HTMLSelectElement;
@@ -106,7 +130,7 @@ export class LogsView extends JobTabView {
     const force = this._forceScroll;
     this._forceScroll = false;
     this.clearError();
-    if (text !== this._text || force) {
+    if (text !== this._text || force || text.length === 0) {
       this._text = text;
       followTail(
         this.node,
@@ -114,7 +138,7 @@ export class LogsView extends JobTabView {
           renderLog(this._pre, text);
           this._pre.classList.toggle('jp-mod-empty', text.length === 0);
           if (text.length === 0) {
-            setText(this._pre, `No ${stream} output from rank ${rank} yet.`);
+            setText(this._pre, emptyLogText(stream, rank, this._job.state));
           }
         },
         force
@@ -124,7 +148,14 @@ export class LogsView extends JobTabView {
     this._updateStatus();
   }
 
-  private _switched(): void {
+  /** Shows the chosen rank and stream; `byUser`: kept for the next page load. */
+  private _switched(byUser: boolean): void {
+    if (byUser) {
+      this._chosen = true;
+      this._choices
+        ?.save(logChoiceKey(this._job.id), { rank: this._rank, stream: this._stream })
+        .catch(reason => console.warn('jupyter-dl: cannot keep the logs tab choice', reason));
+    }
     for (const button of this.streamButtons) {
       button.setAttribute('aria-pressed', String(button.dataset.stream === this._stream));
     }
@@ -155,6 +186,8 @@ export class LogsView extends JobTabView {
   }
 
   private _pre: HTMLElement;
+  private _choices: ILogChoiceStore | null;
+  private _chosen = false;
   private _rank = 0;
   private _stream: LogStream = 'stdout';
   private _ranks: number[];
@@ -195,7 +228,7 @@ function runNode(run: IAnsiRun): Node {
 export function createLogsWidget(
   api: JobsApi,
   job: IJob,
-  options: { interval: number; tail: number }
+  options: { interval: number; tail: number; choices?: ILogChoiceStore | null }
 ): MainAreaWidget<LogsView> {
   const content = new LogsView(api, job, options);
   const widget = new MainAreaWidget({ content });

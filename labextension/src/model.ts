@@ -150,7 +150,9 @@ export interface IJobFigures {
   version: string;
   unchanged?: boolean;
   loss?: IPlotlyFigure;
-  /** Null until a rank sampled its CPU and memory. */
+  /** Why there is nothing to draw (`no data: the job ended before its first step`), shown instead; else null. */
+  note?: string | null;
+  /** Null until a rank's CPU and memory samples draw a line. */
   resources?: IPlotlyFigure | null;
   /** Oldest first, at most the last 50. */
   epochs?: IEpochRow[];

@@ -101,6 +101,14 @@ export class JobsPanel extends Widget {
     this._errorBanner = h('div', { className: 'jp-dl-error-banner', role: 'alert' });
     this._loading = h('div', { className: 'jp-dl-loading' }, 'Loading jobs…');
     this._empty = this._buildEmpty();
+    // After "Clear finished" took every row away: not the first-run help, since jobs did run.
+    this._clearedText = h('p', {});
+    this._clearedEmpty = h(
+      'div',
+      { className: 'jp-dl-empty jp-dl-empty-cleared' },
+      h('p', { className: 'jp-dl-empty-title' }, 'No active jobs'),
+      this._clearedText
+    );
     this._list = h('ul', { className: 'jp-dl-jobs', 'aria-label': 'Distributed jobs' });
     this._clusterBody = h('div', { className: 'jp-dl-cluster-body' });
     this._cluster = h(
@@ -178,7 +186,14 @@ export class JobsPanel extends Widget {
     setText(this._errorBanner, model.error ? `Cannot list jobs: ${model.error}` : '');
     toggleChild(this._body, this._errorBanner, !!model.error, this._body.firstElementChild);
     toggleChild(this._body, this._loading, !model.loaded && !model.error);
-    toggleChild(this._body, this._empty, model.loaded && jobs.length === 0 && !model.error);
+    const cleared = model.hiddenCount;
+    const listEmpty = model.loaded && jobs.length === 0 && !model.error;
+    toggleChild(this._body, this._empty, listEmpty && cleared === 0);
+    toggleChild(this._body, this._clearedEmpty, listEmpty && cleared > 0, this._empty);
+    setText(
+      this._clearedText,
+      `${cleared} finished ${cleared === 1 ? 'job' : 'jobs'} cleared from this list; %dl_jobs still lists ${cleared === 1 ? 'it' : 'them'}.`
+    );
     toggleChild(this._body, this._list, jobs.length > 0);
     // The cluster section always comes last.
     toggleChild(this._body, this._cluster, model.loaded || model.cluster !== null);
@@ -190,9 +205,14 @@ export class JobsPanel extends Widget {
     setText(this._summary, model.loaded ? `${active} active` : '');
     setAttr(this._summary, 'title', model.loaded ? `${active} active of ${jobs.length} jobs` : null);
     this._clear.hidden = !jobs.some(job => isFinal(job.state));
-    const cleared = model.hiddenCount;
     setText(this._showCleared, `Show ${cleared} cleared ${cleared === 1 ? 'job' : 'jobs'}`);
-    toggleChild(this._body, this._showCleared, cleared > 0, this._cluster);
+    if (listEmpty && cleared > 0) {
+      toggleChild(this._clearedEmpty, this._showCleared, true);
+    } else if (cleared > 0) {
+      toggleChild(this._body, this._showCleared, true, this._cluster);
+    } else {
+      this._showCleared.remove();
+    }
     const now = Date.now() / 1000;
     this._eta.retain(jobs.map(job => job.id));
 
@@ -264,6 +284,8 @@ export class JobsPanel extends Widget {
   private _errorBanner: HTMLElement;
   private _loading: HTMLElement;
   private _empty: HTMLElement;
+  private _clearedEmpty: HTMLElement;
+  private _clearedText: HTMLElement;
   private _list: HTMLUListElement;
   private _cluster: HTMLElement;
   private _clusterBody: HTMLElement;

@@ -116,7 +116,8 @@ export class LossPlotView extends JobTabView {
     }
     const options = { logY: this._logY, showRaw: this._showRaw };
     await Promise.all([
-      this._loss.draw(forPanel(figures.loss, options)),
+      // Nothing trained yet, or ever (a job that failed at once): say so, not empty axes from -1 to 1.
+      figures.note ? this._loss.draw(null, figures.note) : this._loss.draw(forPanel(figures.loss, options)),
       this._resources.draw(figures.resources ? forPanel(figures.resources) : null)
     ]);
   }

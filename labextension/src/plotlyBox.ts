@@ -18,7 +18,7 @@ import { IPlotlyFigure } from './model';
 export const NO_RENDERER =
   'Plotly figures cannot be shown: the plotly JupyterLab extension is missing (pip install plotly, then reload).';
 
-interface IPlotlyLib {
+export interface IPlotlyLib {
   react(node: HTMLElement, data: unknown, layout: unknown, config?: unknown): Promise<unknown>;
   purge?(node: HTMLElement): void;
 }
@@ -42,28 +42,37 @@ export class PlotlyBox extends Widget {
    * its way: an empty figure drawn off the page, once per page.
    */
   static preload(rendermime: IRenderMimeRegistry | null): Promise<void> {
-    if (!PlotlyBox._preloaded) {
-      PlotlyBox._preloaded = PlotlyBox._renderOffPage(rendermime);
-    }
-    return PlotlyBox._preloaded;
+    return PlotlyBox.library(rendermime).then(() => undefined);
   }
 
-  private static async _renderOffPage(rendermime: IRenderMimeRegistry | null): Promise<void> {
+  /**
+   * plotly.js as JupyterLab's plotly renderer loads it (null without that renderer), loaded once per page. The
+   * cell's live figure (jupyter_dl/live/live_figure.js) draws with it too, so the page compiles plotly.js once.
+   */
+  static library(rendermime: IRenderMimeRegistry | null): Promise<IPlotlyLib | null> {
+    if (!PlotlyBox._library) {
+      PlotlyBox._library = PlotlyBox._renderOffPage(rendermime);
+    }
+    return PlotlyBox._library;
+  }
+
+  private static async _renderOffPage(rendermime: IRenderMimeRegistry | null): Promise<IPlotlyLib | null> {
     if (!rendermime?.mimeTypes.includes(PLOTLY_MIME)) {
-      return;
+      return null;
     }
     const renderer = rendermime.createRenderer(PLOTLY_MIME);
     const figure = { data: [], layout: { width: 10, height: 10 } };
     try {
       await renderer.renderModel(new MimeModel({ data: { [PLOTLY_MIME]: figure } as any }));
+      return plotlyOf(renderer);
     } catch {
-      // Drawing the tab's figure will say what is wrong.
+      return null; // Drawing the tab's figure will say what is wrong.
     } finally {
       renderer.dispose();
     }
   }
 
-  private static _preloaded: Promise<void> | null = null;
+  private static _library: Promise<IPlotlyLib | null> | null = null;
 
   /** Whether JupyterLab has a renderer for plotly figures. */
   get available(): boolean {
@@ -115,8 +124,7 @@ export class PlotlyBox extends Widget {
 
   /** plotly.js as the renderer loaded it, once it did. */
   private _plotly(): IPlotlyLib | null {
-    const lib = (this._renderer?.constructor as { Plotly?: IPlotlyLib } | undefined)?.Plotly;
-    return lib && typeof lib.react === 'function' ? lib : null;
+    return this._renderer ? plotlyOf(this._renderer) : null;
   }
 
   private _drop(): void {
@@ -137,4 +145,10 @@ export class PlotlyBox extends Widget {
   private _renderer: IRenderMime.IRenderer | null = null;
   private _note: Widget;
   private _queue: Promise<void> = Promise.resolve();
+}
+
+/** The plotly.js a plotly renderer loaded (a static of its class), once it drew; else null. */
+function plotlyOf(renderer: IRenderMime.IRenderer): IPlotlyLib | null {
+  const lib = (renderer.constructor as { Plotly?: IPlotlyLib } | undefined)?.Plotly;
+  return lib && typeof lib.react === 'function' ? lib : null;
 }

@@ -5,7 +5,7 @@ import { loadModelCode, modelDownloadPath } from '../src/keptModels';
 describe('kept models', () => {
   it('loads the model by job id and name, with the import', () => {
     expect(loadModelCode('2026-abc', 'model')).toBe(
-      'import jupyter_dl\n\nmodel = jupyter_dl.load_job("2026-abc").models["model"]'
+      'import jupyter_dl\nmodel = jupyter_dl.load_job("2026-abc").models["model"]'
     );
     expect(loadModelCode('a"b', 'm')).toContain('load_job("a\\"b")'); // quoted, never cut short
   });

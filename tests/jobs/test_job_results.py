@@ -77,5 +77,7 @@ def test_models_over_the_size_limit_are_named_not_kept(shell, digits, capsys):
 def test_a_job_without_results_says_why():
     import pytest
 
-    with pytest.raises(FileNotFoundError, match="kept no results"):
+    from jupyter_dl.jobs.lookup import UnknownJob
+
+    with pytest.raises(UnknownJob, match="^no job 'no-such-job': see %dl_jobs$"):
         jupyter_dl.load_job("no-such-job")

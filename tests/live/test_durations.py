@@ -1,5 +1,6 @@
 """One duration format for the whole notebook side (live view, %dl_jobs, summaries, comparisons, recommendations)."""
 
+import datetime
 import math
 
 import pytest
@@ -47,7 +48,7 @@ def test_what_it_writes_reads_back_as_a_deadline(seconds):
 
 
 def test_the_live_eta_the_summary_and_the_jobs_table_write_it():
-    from jupyter_dl.kernel.magics import format_jobs
+    from jupyter_dl.kernel.job_listing import JobTable
     from jupyter_dl.live.summary import as_text
     from jupyter_dl.live.view import progress_text
 
@@ -62,5 +63,6 @@ def test_the_live_eta_the_summary_and_the_jobs_table_write_it():
         "scaling_efficiency": None,
     }
     assert as_text(summary).startswith("j: succeeded in 1h01m40s on 2 ranks")
-    row = {"id": "a1b2", "name": "j", "state": "running", "n": 2, "elapsed": 5.0, "notebook": None}
-    assert format_jobs([row]).splitlines()[1].split() == ["a1b2", "j", "running", "2", "-", "5.0s", "-"]
+    row = {"id": "a1b2", "name": "j", "state": "running", "ranks": 2, "progress": None, "elapsed_s": 5.0}
+    row.update(started=datetime.datetime(2020, 1, 2, 3, 4), notebook=None)
+    assert JobTable([row]).as_text().splitlines()[1].split()[-3:] == ["2020-01-02", "5.0s", "-"]

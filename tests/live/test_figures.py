@@ -128,3 +128,42 @@ def test_panel_figures_carry_their_template_and_the_epoch_rows(template):
     assert figures["loss"]["layout"]["template"]["layout"]["colorway"]  # expanded: plotly.js knows no names
     assert [r["epoch"] for r in figures["epochs"]] == [0, 1, 2]
     assert figures["status"] == {"state": "running", "epochs_done": 3, "epochs": 3, "steps": 12, "restarts": 0}
+
+
+def test_each_metric_keeps_its_colour_when_the_raw_loss_shows():
+    """plotly colours traces by their place: showing the hidden raw-loss trace turned the loss green to purple and
+    the accuracy red to green. Every trace names its colour; a metric and its validation share one."""
+    state = TrainingState()
+    records = _run(epochs=2)
+    for record in records:
+        if record["kind"] == "epoch":
+            record["logs"] = {**record["logs"], "val_loss": 1.0, "val_accuracy": 0.4}
+    state.consume(records)
+    figure = job_figures(SimpleNamespace(name="c", n=1, state="succeeded"), state, "plotly_white")["loss"]
+    colours = {t["name"]: t["line"]["color"] for t in figure["data"]}
+    assert all(colours.values()), colours
+    assert colours[RAW_LOSS] == colours[BATCH_LOSS]
+    assert colours["val_loss"] == colours["loss"] != colours[BATCH_LOSS]
+    assert colours["val_accuracy"] == colours["accuracy"] != colours["loss"]
+    from jupyter_dl.live.loss_figure import traces
+
+    assert {t["name"]: t["line"]["color"] for t in traces(state)} == {
+        name: colour for name, colour in colours.items() if name != RAW_LOSS
+    }
+
+
+def test_a_job_that_ended_before_its_first_step_says_so_instead_of_empty_axes():
+    """A failed job (a NameError after 0.4 s) showed empty loss axes and a CPU chart of one sample per rank (no line,
+    axes from -1 to 1). Now: no resources figure, and a note the panel shows in place of the loss figure."""
+    state = TrainingState()
+    state.consume([{"kind": "begin", "rank": r, "t": 0.0, "epochs": 3, "steps": 4} for r in range(2)])
+    state.consume([{"kind": "resources", "rank": r, "t": 0.3, "cpu": 155.0, "rss_mb": 400.0} for r in range(2)])
+    failed = job_figures(SimpleNamespace(name="f", n=2, state="failed"), state, "plotly_white")
+    assert failed["note"] == "no data: the job ended before its first step"
+    assert failed["resources"] is None
+    waiting = job_figures(SimpleNamespace(name="f", n=2, state="running"), state, "plotly_white")
+    assert waiting["note"].startswith("no data yet")
+    state.consume(_run(epochs=1)[1:])
+    state.consume([{"kind": "resources", "rank": r, "t": 0.6, "cpu": 90.0, "rss_mb": 410.0} for r in range(2)])
+    drawn = job_figures(SimpleNamespace(name="f", n=2, state="failed"), state, "plotly_white")
+    assert drawn["note"] is None and drawn["resources"] is not None

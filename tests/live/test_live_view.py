@@ -228,15 +228,16 @@ def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
     view.status("2 ranks: importing TensorFlow and Horovod, Horovod rendezvous")
     view.started(type("J", (), {"name": "cold", "n": 2})())
     assert view.label is label and view.progress_bar is bar  # one progress area, no second bar
-    assert view._box.children[-1] is view.figure
     assert "Horovod rendezvous" in view.label.value
     state = TrainingState()
     records = _synthetic(3000)
     state.consume(records[:1])  # fit began on the ranks; no step yet
     view.update(state, force=True)
     assert "first step" in view.label.value
+    assert view.widget is None and len(view._box.children) == 1  # no figure before the first step
     state.consume(records[1:400])
     view.update(state, force=True)
+    assert view._box.children[-1] is view.widget  # the figure joins the progress area with the first step
     assert "samples/s (last 3 s)" in view.label.value and "ETA" in view.label.value
     assert "whole fit" in view.label.value  # the tooltip says what the figure is and where the average is
 
@@ -338,3 +339,46 @@ def test_rank_logs_reach_the_store_within_half_a_second(tmp_path):
     feed.pump()
     assert store.logs(job.id, 0, "stdout").endswith("epoch 2\n")
     assert (logs / "rank1.stdout.log").stat().st_mtime_ns == first  # unchanged: not rewritten
+
+
+def test_a_job_that_fails_before_its_first_step_leaves_no_figure_and_adds_no_widget_at_the_end():
+    """A cell that fails at once (a NameError) ends with its output replaced; a widget added to the progress area
+    just before was still being built in the browser ('Could not add child view to box', then "Cannot read
+    properties of null (reading 'widgets')"). No figure before the first step, and none added by the end."""
+    from jupyter_dl.jobs import Job
+
+    view = LiveView(show_plot=True)
+    job = Job(name="fails", n=2)
+    job.transition("running")
+    view.started(job)
+    state = TrainingState()
+    state.consume([{"kind": "begin", "rank": r, "t": 0.0, "epochs": 5, "steps": 10} for r in range(2)])
+    state.consume([{"kind": "resources", "rank": r, "t": 0.1 * i, "cpu": 155.0} for i in range(3) for r in range(2)])
+    view.update(state, force=True)
+    children = list(view._box.children)
+    job.transition("failed", error="NameError: name 'x' is not defined")
+    view.finished(job, state)
+    assert list(view._box.children) == children and view.widget is None and view.resources.widget is None
+    assert view.figure is None
+
+
+def test_the_live_figure_sends_only_json_and_epoch_marks_only_when_they_change():
+    """The live figure's data reaches the browser as JSON (a diverging loss is NaN, which JSON has not: it goes as
+    null), and the layout (epoch marks) is sent again only when an epoch ended."""
+    view = LiveView(show_plot=True)
+    view.started(type("J", (), {"name": "nan", "n": 1})())
+    state = TrainingState()
+    records = _synthetic(3000)
+    state.consume(records[:500])
+    view.update(state, force=True)
+    sent = []
+    view.widget.observe(lambda change: sent.append(change["name"]), names=["figure_data", "figure_layout"])
+    state.consume(records[500:600])  # no epoch ends here
+    view.update(state, force=True)
+    assert sent == ["figure_data"]
+    state.consume(
+        records[600:1200] + [{"kind": "batch", "t": 99.0, "epoch": 1, "step": 202, "logs": {"loss": float("nan")}}]
+    )
+    view.update(state, force=True)
+    assert sent[1:] == ["figure_layout", "figure_data"]
+    json.dumps(view.widget.figure_data, allow_nan=False)

@@ -98,9 +98,9 @@ def test_the_live_view_draws_each_ranks_resources_and_the_summary_says_where_tim
 
     cell = CELL.replace("epochs=6", "epochs=3")
     result = jupyter_dl.distribute(cell, n=2, namespace=dict(digits), plot=True)
-    names = {trace.name for trace in result.view.resources.widget.data}
+    names = {trace.name for trace in result.view.resources.figure.data}
     assert {"rank 0 CPU %", "rank 1 CPU %", "rank 0 memory MB", "rank 1 memory MB"} <= names
-    memory = {t.name: list(t.y) for t in result.view.resources.widget.data if t.name.endswith("memory MB")}
+    memory = {t.name: list(t.y) for t in result.view.resources.figure.data if t.name.endswith("memory MB")}
     assert _growth(memory["rank 1 memory MB"]) - _growth(memory["rank 0 memory MB"]) > 300  # the ballast, drawn
     summary = result.view.summary
     assert set(summary["time_split"]) == {0, 1} and set(summary["resources"]) == {0, 1}

@@ -149,7 +149,7 @@ async def test_notebook_path_is_relative_to_the_server_root(jp_fetch, store, jp_
 
 
 def test_dl_jobs_prints_the_notebook_relative_to_the_kernel_folder(tmp_path):
-    from jupyter_dl.kernel.magics import _shown_path
+    from jupyter_dl.kernel.job_listing import shown_path as _shown_path
 
     assert _shown_path(str(tmp_path / "demo.ipynb"), cwd=str(tmp_path)) == "demo.ipynb"
     assert _shown_path(str(tmp_path / "a" / "b.ipynb"), cwd=str(tmp_path)) == "a/b.ipynb"
@@ -410,7 +410,7 @@ async def test_a_kept_model_downloads_as_a_keras_file(jp_fetch, store, kept_mode
     assert listed[job.id]["models"] == ["model"]  # the panel offers load/download from this
     reply = await jp_fetch("jupyter-dl", "api", "jobs", job.id, "results", "model", "model")
     assert reply.code == 200 and reply.body == data
-    assert reply.headers["Content-Disposition"] == f'attachment; filename="{job.id}-model.keras"'
+    assert reply.headers["Content-Disposition"] == 'attachment; filename="keeper-model.keras"'  # the job's name
     if kept_model_bytes is not None:  # what was served is a Keras archive (config and weights inside)
         (tmp_path / "got.keras").write_bytes(reply.body)
         assert "config.json" in zipfile.ZipFile(tmp_path / "got.keras").namelist()

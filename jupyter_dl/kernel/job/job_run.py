@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jupyter_dl.kernel.cell import numbered_from
 from jupyter_dl.kernel.job.work import CellWork, FunctionWork
 from jupyter_dl.wire.spec import RankSpec
 
@@ -72,7 +73,8 @@ class JobRun:
             resource_interval=resource_interval,
         )
         if isinstance(self.work, CellWork):
-            spec.mode, spec.code = "cell", self.work.code
+            # Numbered as the notebook shows the cell, so a rank's traceback and a stall report name its lines.
+            spec.mode, spec.code = "cell", numbered_from(self.work.code, self.work.first_line)
         else:
             spec.mode, spec.fn, spec.all_ranks = "fn", self.shipment.fn, self.work.all_ranks
         return spec

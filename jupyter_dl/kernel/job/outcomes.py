@@ -1,11 +1,45 @@
 """What the ranks' outcomes mean for the job: its final state, and the one error the notebook sees (naming the rank
 that caused a failure, not the peers that only failed because it left)."""
 
-import sys
-
 from jupyter_dl.errors import HostLost, JobCancelled, JobStalled, JobTimeout, RankError
 from jupyter_dl.kernel.job.lost_hosts import silent_hosts
+from jupyter_dl.live.durations import format_duration
 from jupyter_dl.wire import payload
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """The stop button (a kernel interrupt) stopped the job. Still a KeyboardInterrupt, so a script stops and
+    "Run all" stops; a notebook shows its one line instead of a traceback through jupyter-dl's frames."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+    def _render_traceback_(self):
+        return [f"[jupyter-dl] {self.message}"]
+
+
+def rank_count(n) -> str:
+    """'1 rank', '2 ranks'."""
+    return f"{n} rank{'' if n == 1 else 's'}"
+
+
+def all_ranks_stopped(n) -> str:
+    return "its rank stopped" if n == 1 else f"all {n} ranks stopped"
+
+
+def stop_line(job, how) -> str:
+    """One line for a job the user stopped: which job, how, after how long, how far it got."""
+    progress = job.progress or {}
+    reached = (
+        f" at epoch {progress['epoch']}/{progress['epochs']}"
+        if progress.get("epoch") is not None and progress.get("epochs")
+        else ""
+    )
+    return (
+        f"job {job.name!r} ({job.id}) was {how} after {format_duration(job.elapsed)}{reached}; "
+        f"{all_ranks_stopped(job.n)}"
+    )
 
 
 def finish(job, ending, outcomes, timeout, store, cluster):
@@ -13,12 +47,12 @@ def finish(job, ending, outcomes, timeout, store, cluster):
     status = ending.status
     if status == "interrupted":
         job.transition("cancelled", error="interrupted")
-        print(f"[jupyter-dl] job {job.name!r} interrupted; all {job.n} ranks stopped", file=sys.stderr)
-        raise KeyboardInterrupt
+        raise JobInterrupted(stop_line(job, "interrupted"))
     if status == "cancelled":
         source = store.cancel_source(job.id) if store is not None else None
-        job.transition("cancelled", error=f"cancelled from {source or 'the jobs panel or %dl_jobs cancel'}")
-        raise JobCancelled(f"job {job.name!r} was cancelled (jobs panel or %dl_jobs cancel); all {job.n} ranks stopped")
+        where = source or "the jobs panel or %dl_jobs cancel"
+        job.transition("cancelled", error=f"cancelled from {where}")
+        raise JobCancelled(stop_line(job, f"cancelled from {where}"))
     if status == "timeout":
         job.transition("failed", error="timeout")
         where = "; ".join(f"rank {r} was in {last_frame(o)}" for r, o in enumerate(outcomes) if o and not o["ok"])
@@ -30,8 +64,8 @@ def finish(job, ending, outcomes, timeout, store, cluster):
         raise_if_host_lost(job, cluster)
         job.transition("failed", error="stalled")
         raise JobStalled(
-            f"job {job.name!r} stalled: {describe_stall(ending.stalls, outcomes)}; all {job.n} ranks "
-            f"stopped. Every rank must run the same collectives in the same order; if one rank "
+            f"job {job.name!r} stalled: {describe_stall(ending.stalls, outcomes)}; {all_ranks_stopped(job.n)}. "
+            f"Every rank must run the same collectives in the same order; if one rank "
             f"legitimately works alone this long, raise --stall-timeout"
         )
     if status == "failed":
@@ -44,10 +78,10 @@ def _rank_error(job, ending, outcomes) -> RankError:
     """The failed job's error: the root rank's, with one line on each other rank."""
     root = root_failure(outcomes, ending.failed_order)
     first = outcomes[root]
-    others = {r: error_line(o) for r, o in enumerate(outcomes) if r != root and o and not o["ok"]}
-    others.update({r: "finished normally" for r, o in enumerate(outcomes) if o and o["ok"]})
+    others = {r: other_rank_line(o, root) for r, o in enumerate(outcomes) if r != root and o}
     job.transition("failed", error=f"rank {root}: {first['ename']}: {first['evalue']}")
-    after = f" (after {len(job.restarts)} restarts)" if job.restarts else ""
+    restarts = len(job.restarts)
+    after = f" (after {restarts} restart{'' if restarts == 1 else 's'})" if restarts else ""
     return RankError(root, first["ename"], first["evalue"], first.get("traceback", ""), others, job.name + after)
 
 
@@ -92,6 +126,18 @@ def root_failure(outcomes, failed_order):
     return next((r for r in failed_order if not outcomes[r].get("induced")), failed_order[0])
 
 
+def other_rank_line(outcome, root) -> str:
+    """What a rank other than the root did. One that only stopped because the root failed says so, not the error
+    it got on the way out (Horovod shut down, an aborted collective, our interrupt, jupyter-dl's own end-of-job
+    check): that error is the root's, not its own."""
+    if outcome["ok"]:
+        return "finished normally"
+    if not (outcome.get("induced") or outcome.get("ename") == "KeyboardInterrupt"):
+        return error_line(outcome)  # a failure of its own
+    killed = f" ({outcome['evalue']})" if outcome.get("ename") == "Killed" else ""
+    return f"stopped because rank {root} failed{killed}"
+
+
 def error_line(outcome) -> str:
     """'Name: message', first line only, of a failed rank's outcome."""
     return f"{outcome['ename']}: {outcome['evalue']}".strip().splitlines()[0]
@@ -121,6 +167,8 @@ def describe_stall(stalls, outcomes) -> str:
             others.append(f"rank {r} did not stop and was killed")
         else:
             others.append(f"rank {r} was at {cell_line(outcome) or last_frame(outcome)}")
+    if len(outcomes) == 1:
+        return "; ".join(waits)  # the only rank: no one else to wait for or to compare with
     if not others:
         return "; ".join(waits) + "; every rank was waiting, in different collectives"
     return "; ".join(waits) + ", which the others never entered (" + "; ".join(others) + ")"

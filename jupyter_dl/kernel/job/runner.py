@@ -28,6 +28,7 @@ from jupyter_dl.kernel.job.observer import JobObserver
 from jupyter_dl.kernel.job.route import route
 from jupyter_dl.kernel.job.work import CellWork, RunResult, prepare
 from jupyter_dl.kernel.output import OutputRelay
+from jupyter_dl.kernel.tf_logs import native_stderr_muted
 from jupyter_dl.live.collector import MetricsCollector
 from jupyter_dl.live.state import TrainingState
 from jupyter_dl.pool.choice import PoolChoice
@@ -98,6 +99,12 @@ class JobRunner(Configurable):
         "it has one) GPU utilisation and memory, streamed beside the metrics; 0 "
         "turns sampling off (bench/resource_overhead.py measures the cost).",
     ).tag(config=True)
+    max_tf_contexts = Integer(
+        16,
+        help="Replace an engine (on a cluster started here) after it has formed this many groups for TensorFlow's "
+        "collectives: a new group (other ranks, a new size, a switch from Horovod) makes a new TensorFlow context "
+        "whose server cannot be stopped, about 100 threads and 40 MB each. 0 never replaces.",
+    ).tag(config=True)
     point_budget = Integer(
         2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
     ).tag(config=True)
@@ -135,8 +142,8 @@ class JobRunner(Configurable):
         """Run the work on the cluster, telling the observers each phase, the start, each update and the end
         (whatever the outcome; see kernel/job/observer.py)."""
         options.validate()
+        shipment = prepare(work)  # raises on bad input, before any engine is touched (or TensorFlow imported)
         options = self._with_backend(options, stderr)
-        shipment = prepare(work)  # raises on bad input, before any engine is touched
         secret_values = secretsmod.resolve(options.secrets, self.secrets_file)
         n = options.n or (len(self.cluster.engine_ids()) if self.cluster.client else self.cluster.default_size())
         self.cluster.check_size(n)
@@ -174,8 +181,30 @@ class JobRunner(Configurable):
         finally:
             for observer in observers:
                 observer.finished(job, jr.state)
-        self._bring_back(jr, outcomes, result)
+            self._replace_worn_engines(jr, outcomes)
+        with native_stderr_muted():  # rebuilding what came back may be this kernel's first TensorFlow use
+            self._bring_back(jr, outcomes, result)
         return result
+
+    def _replace_worn_engines(self, jr, outcomes):
+        """Engines of this job that have made max_tf_contexts TensorFlow collective contexts are replaced now that
+        the job is over (each context leaves a server TensorFlow cannot stop); the next job waits for the new ones."""
+        if not self.max_tf_contexts or not self.cluster.owned:
+            return
+        worn = [
+            eid
+            for eid, outcome in zip(jr.job.engine_ids, outcomes)
+            if (outcome or {}).get("tf_contexts", 0) >= self.max_tf_contexts
+        ]
+        if worn:
+            print(
+                f"[jupyter-dl] replacing engine{'' if len(worn) == 1 else 's'} {', '.join(map(str, worn))}: "
+                f"{self.max_tf_contexts} TensorFlow collective groups formed there (each leaves threads and memory "
+                "TensorFlow cannot free); the next job waits for the fresh ones",
+                file=jr.stderr or sys.stderr,
+                flush=True,
+            )
+            self.cluster.kill_and_replace(worn)
 
     def _new_job(self, options, n) -> Job:
         job = self.registry.add(
@@ -208,7 +237,8 @@ class JobRunner(Configurable):
     def _with_backend(self, options: RunOptions, stderr) -> RunOptions:
         """The options with the backend this job runs on (what `auto` resolves to, kept in the job's record); the
         first job on TensorFlow's collectives because Horovod is missing says so, once."""
-        name, note = backends.resolve(options.backend, options.manual)
+        with native_stderr_muted():  # imports TensorFlow (and Horovod) into the kernel the first time
+            name, note = backends.resolve(options.backend, options.manual)
         if note and not self._told_backend:
             print(note, file=stderr or sys.stderr, flush=True)
             self._told_backend = True
@@ -218,7 +248,7 @@ class JobRunner(Configurable):
     def _phase_text(n, backend_name, cold) -> str:
         library = "Horovod" if backend_name == "horovod" else "TensorFlow's collectives"
         importing = f"importing TensorFlow{' and Horovod' if backend_name == 'horovod' else ''}, " if cold else ""
-        return f"{n} ranks: {importing}{library} rendezvous"
+        return f"{outcomesmod.rank_count(n)}: {importing}{library} rendezvous"
 
     def _attempts(self, jr: JobRun):
         """Run the job, and again after a failure while --restarts allows. Returns the last attempt's (outcomes,
@@ -228,7 +258,8 @@ class JobRunner(Configurable):
         while True:
             cold = self.cluster.client is None
             if cold:
-                jr.tell(f"starting the cluster: {max(n, self.cluster.default_size())} engines")
+                engines = max(n, self.cluster.default_size())
+                jr.tell(f"starting the cluster: {engines} engine{'' if engines == 1 else 's'}")
             # After a failure this waits for the replacements of dead or killed engines; with GPUs granted, for all
             # of them, since the granted GPUs' engines may be among the replacements.
             self.cluster.ensure(max(n, self.cluster.expected) if jr.granted else n, progress=jr.tell if cold else None)

@@ -14,6 +14,7 @@ from jupyter_dl.wire import datasets, payload
 class CellWork:
     code: str
     namespace: dict
+    first_line: int = 1  # the line number the user sees for the code's first line (2 under %%distribute)
 
 
 @dataclass
@@ -56,7 +57,7 @@ def prepare(work) -> Shipment:
         except Exception as exc:
             raise ShipError(getattr(work.fn, "__name__", "fn"), f"{type(exc).__name__}: {exc}") from None
         return Shipment(fn=fn_blob)
-    names = cellmod.analyse(work.code)  # SyntaxError surfaces here
+    names = cellmod.analyse(work.code, work.first_line)  # SyntaxError surfaces here
     values = {}
     reads = cellmod.shippable_reads(names, work.namespace)
     owners = payload.optimizer_owners(reads, work.namespace)

@@ -1,0 +1,115 @@
+// The cell's live figure (live_figure.py): draws the model's `figure_data` and `figure_layout` with the plotly.js
+// that JupyterLab's plotly renderer already loaded, which the jupyter-dl JupyterLab extension lends as
+// `globalThis.jupyterDl.plotly()`. Plotly's own FigureWidget carries a 5 MB copy of plotly.js in every widget, and
+// the page froze for seconds while each was compiled (twice per job).
+//
+// A redraw blocks the page for as long as plotly.js takes (50-100 ms, several times that on a loaded machine), so
+// redraws keep a gap of at least MIN_GAP_MS and four times the last redraw's own time, never overlap, take the
+// newest data, and wait while the figure is scrolled out of view.
+
+const MIN_GAP_MS = 1000;
+const GAP_PER_DRAW = 4;
+const NO_PLOTLY =
+  "The live figure needs the jupyter-dl JupyterLab extension (and plotly's); the final figure appears when the job ends.";
+
+function render({ model, el }) {
+  let disposed = false;
+  let timer = null; // a redraw is scheduled
+  let drawing = false;
+  let stale = true; // the model changed since the last redraw
+  let visible = true;
+  let notBefore = 0; // performance.now() of the earliest next redraw
+  let layout = null; // the layout drawn, kept while the model's is unchanged: plotly diffs it cheaply then
+  let revision = 0;
+  el.classList.add("jp-dl-live-figure");
+
+  const lend = globalThis.jupyterDl && globalThis.jupyterDl.plotly;
+  const loading =
+    typeof lend === "function"
+      ? Promise.resolve(lend()).catch(() => null)
+      : Promise.resolve(null);
+
+  async function draw() {
+    timer = null;
+    const plotly = await loading;
+    if (disposed || drawing || !stale || !visible) {
+      return;
+    }
+    if (!plotly) {
+      el.textContent = NO_PLOTLY;
+      return;
+    }
+    drawing = true;
+    stale = false;
+    const started = performance.now();
+    try {
+      if (layout === null) {
+        // A copy: plotly writes into the layout it draws (ranges), and the model's value must stay as it came.
+        layout = JSON.parse(JSON.stringify(model.get("figure_layout") || {}));
+        layout.uirevision = "live"; // a zoom or a legend click survives the redraws
+      }
+      layout.datarevision = ++revision; // the traces are new arrays each time
+      const data = (model.get("figure_data") || []).map((trace) => ({
+        ...trace,
+      }));
+      await plotly.react(el, data, layout, {
+        displaylogo: false,
+        responsive: false,
+      });
+    } catch (error) {
+      el.textContent = `Cannot draw the live figure: ${error}`;
+    } finally {
+      drawing = false;
+      const took = performance.now() - started;
+      notBefore = performance.now() + Math.max(MIN_GAP_MS, GAP_PER_DRAW * took);
+      if (stale) {
+        schedule();
+      }
+    }
+  }
+
+  function schedule() {
+    stale = true;
+    if (timer !== null || drawing || disposed || !visible) {
+      return;
+    }
+    const wait = Math.max(0, notBefore - performance.now());
+    timer = setTimeout(
+      () => (globalThis.requestAnimationFrame || ((fn) => fn()))(draw),
+      wait,
+    );
+  }
+
+  function layoutChanged() {
+    layout = null;
+    schedule();
+  }
+
+  // Out of view (scrolled away, another tab in front) nothing is drawn; the newest data is drawn on return.
+  const watcher =
+    typeof IntersectionObserver === "function"
+      ? new IntersectionObserver((entries) => {
+          visible = entries.some((entry) => entry.isIntersecting);
+          if (visible && stale) {
+            schedule();
+          }
+        })
+      : null;
+  watcher?.observe(el);
+
+  model.on("change:figure_data", schedule);
+  model.on("change:figure_layout", layoutChanged);
+  schedule();
+  return () => {
+    disposed = true;
+    watcher?.disconnect();
+    if (timer !== null) {
+      clearTimeout(timer);
+    }
+    model.off("change:figure_data", schedule);
+    model.off("change:figure_layout", layoutChanged);
+    loading.then((plotly) => plotly && plotly.purge && plotly.purge(el));
+  };
+}
+
+export default { render };
