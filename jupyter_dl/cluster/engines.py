@@ -19,6 +19,7 @@ from jupyter_dl.cluster import reaper as cluster_reaper
 from jupyter_dl.cluster import status as cluster_status
 from jupyter_dl.cluster.known_engines import KnownEngines
 from jupyter_dl.cluster.registration import wait_for_engines
+from jupyter_dl.cluster.size_checks import counted
 from jupyter_dl.cluster.status import ClusterStatus
 from jupyter_dl.errors import UsageError
 from jupyter_dl.host import gpus
@@ -37,11 +38,6 @@ class _LogFileAlreadyGone(logging.Filter):
     def filter(self, record):
         message = record.getMessage()
         return not (message.startswith("Failed to remove ") and "[Errno 2]" in message)
-
-
-def _count(n, noun) -> str:
-    """'1 engine', '2 engines'."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _ipyparallel_log():
@@ -277,7 +273,7 @@ class EngineCluster(Configurable):
         where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
         devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
         print(
-            f"[jupyter-dl] started {where}: {_count(status.engines, 'engine')} ({devices}); %dl_cluster stop ends it",
+            f"[jupyter-dl] started {where}: {counted(status.engines, 'engine')} ({devices}); %dl_cluster stop ends it",
             flush=True,
         )  # progress, not an error: ordinary output
 
@@ -287,7 +283,7 @@ class EngineCluster(Configurable):
             size_checks.check_connected(n, have)
         if self._launcher == "local" and gpus.discover() and n > self._expected:
             raise UsageError(
-                f"{_count(n, 'rank')} requested but this cluster has {_count(self._expected, 'GPU engine')}; "
+                f"{counted(n, 'rank')} requested but this cluster has {counted(self._expected, 'GPU engine')}; "
                 f"use -n {self._expected}"
             )
         if n > self._expected:

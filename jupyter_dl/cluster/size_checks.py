@@ -8,6 +8,11 @@ from jupyter_dl.host import gpus
 BIGGER_CLUSTER = "connect a bigger cluster (%dl_cluster connect --profile P, or %dl_cluster start --engines slurm)"
 
 
+def counted(n, noun) -> str:
+    """'1 engine', '2 engines'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def cpu_rank_limit(max_cpu_ranks: int) -> int:
     """Most ranks the local cluster runs without GPUs: max_cpu_ranks (c.EngineCluster), 0 meaning twice the cores."""
     return max_cpu_ranks or 2 * (os.cpu_count() or 1)
@@ -28,7 +33,7 @@ def check_local(n: int, max_cpu_ranks: int):
     gpu_count = len(gpus.discover())
     if gpu_count and n > gpu_count:
         raise UsageError(
-            f"{n} ranks requested but this host has {gpu_count} GPUs (one rank per GPU); use -n "
+            f"{n} ranks requested but this host has {counted(gpu_count, 'GPU')} (one rank per GPU); use -n "
             f"{gpu_count} or fewer, or {BIGGER_CLUSTER}"
         )
     if not gpu_count:
@@ -39,7 +44,7 @@ def check_connected(n: int, have: int):
     """A connected cluster is someone else's: it is not grown here."""
     if n > have:
         raise UsageError(
-            f"{n} ranks requested but the connected cluster has {have} engines; use -n {have} "
+            f"{n} ranks requested but the connected cluster has {counted(have, 'engine')}; use -n {have} "
             f"or add engines to the cluster"
         )
 

@@ -186,3 +186,12 @@ def test_load_ext_sets_the_level_only_when_the_user_has_not(monkeypatch):
     off = Config({"KernelTensorFlowLog": {"log_level": ""}})
     assert not tf_logs.quiet_kernel(parent=Configurable(config=off))
     assert "TF_CPP_MIN_LOG_LEVEL" not in tf_logs.os.environ
+
+
+def test_size_errors_agree_in_number_with_one_engine():
+    from jupyter_dl.cluster import size_checks
+    from jupyter_dl.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"the connected cluster has 1 engine; use -n 1"):
+        size_checks.check_connected(2, 1)
+    assert size_checks.counted(1, "GPU") == "1 GPU" and size_checks.counted(3, "GPU") == "3 GPUs"

@@ -1,6 +1,7 @@
 """What the ranks' outcomes mean for the job: its final state, and the one error the notebook sees (naming the rank
 that caused a failure, not the peers that only failed because it left)."""
 
+from jupyter_dl.cluster.size_checks import counted
 from jupyter_dl.errors import HostLost, JobCancelled, JobStalled, JobTimeout, RankError
 from jupyter_dl.kernel.job.lost_hosts import silent_hosts
 from jupyter_dl.live.durations import format_duration
@@ -21,7 +22,7 @@ class JobInterrupted(KeyboardInterrupt):
 
 def rank_count(n) -> str:
     """'1 rank', '2 ranks'."""
-    return f"{n} rank{'' if n == 1 else 's'}"
+    return counted(n, "rank")
 
 
 def all_ranks_stopped(n) -> str:

@@ -1,5 +1,6 @@
 """Where a job's ranks run (which engines, in which order) and getting the values they read onto those engines."""
 
+from jupyter_dl.cluster.size_checks import counted
 from jupyter_dl.errors import UsageError
 from jupyter_dl.wire import payload, remote
 
@@ -16,8 +17,8 @@ def place(cluster, n, granted=None, kind=None):
         if len(pairs) < n:
             found = ", ".join(f"{list(kinds.values()).count(k)} x {k}" for k in sorted(set(kinds.values())))
             raise UsageError(
-                f"the plan runs {n} ranks on {kind}, but the cluster has {len(pairs)} such engines "
-                f"({found}); add engines of that kind or run without --recommend"
+                f"the plan runs {counted(n, 'rank')} on {kind}, but the cluster has "
+                f"{counted(len(pairs), 'such engine')} ({found}); add engines of that kind or run without --recommend"
             )
     if granted and any(info.get("gpu") for _, info in pairs):
         wanted = {(host, str(gpu)) for host, gpu in granted}
