@@ -130,6 +130,7 @@ def _step_name(function_name: str) -> str:
 
 def _file_paths(graph, limit=3) -> list:
     """A few absolute file paths among the graph's string constants (the files a file dataset reads)."""
+    import numpy as np
     import tensorflow as tf
 
     found = []
@@ -138,7 +139,8 @@ def _file_paths(graph, limit=3) -> list:
         if node.op != "Const" or tensor.dtype != tf.string.as_datatype_enum:
             continue
         # parse_tensor reads a string tensor kept in either form (string_val or packed tensor_content).
-        strings = tf.io.parse_tensor(tensor.SerializeToString(), tf.string).numpy().reshape(-1)[:limit]
+        # A scalar comes back as bytes, not an array (a lookup table's '' mask token): np.asarray covers both.
+        strings = np.asarray(tf.io.parse_tensor(tensor.SerializeToString(), tf.string).numpy()).reshape(-1)[:limit]
         for item in strings:
             text = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
             if os.path.isabs(text) and os.path.exists(text):

@@ -1073,6 +1073,38 @@ ds = images.map(lambda x, y: (x / 255.0, y))
     assert ns["scores"]["accuracy"] > 0.9, ns["scores"]
 
 
+def test_a_pipeline_mapped_through_an_adapted_text_vectorization_layer(shell):
+    """The text-classification tutorial's shape: TextVectorization adapted in the notebook, the raw-string dataset
+    mapped through it (`vectorize_text`) in its own cell, a model of integer inputs trained on it. The lookup
+    table's '' mask token is a scalar string constant in the pipeline's graph, which reading the graph once
+    refused with a wrong "built on the ranks" message."""
+    rng = np.random.default_rng(0)
+    good, bad = ["good", "great", "fine"], ["bad", "awful", "poor"]
+    texts = [" ".join(rng.choice(good if i % 2 else bad, 3)) + " film" for i in range(400)]
+    shell.user_ns.update(texts=np.array(texts), labels=np.array([i % 2 for i in range(400)], "float32"))
+    _cell(
+        shell,
+        IMPORTS
+        + """
+from keras import layers
+vectorize_layer = layers.TextVectorization(max_tokens=20, output_sequence_length=4)
+vectorize_layer.adapt(texts)
+
+def vectorize_text(text, label):
+    return vectorize_layer(tf.expand_dims(text, -1)), label
+
+raw_ds = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(32)
+train_ds = raw_ds.map(vectorize_text)
+model = keras.Sequential([keras.Input((4,), dtype="int64"), layers.Embedding(21, 8),
+                          layers.GlobalAveragePooling1D(), layers.Dense(1, activation="sigmoid")])
+model.compile(keras.optimizers.Adam(0.05), "binary_crossentropy", metrics=["accuracy"])
+""",
+    )
+    ns = _cell(shell, "history = model.fit(train_ds, epochs=3, verbose=0)", distribute=True)
+    assert ns["history"].history["accuracy"][-1] > 0.9, ns["history"].history
+    assert ns["model"].predict(ns["train_ds"], verbose=0).shape == (400, 1)
+
+
 def test_a_text_line_pipeline(shell, digits, tmp_path):
     """CSV lines read with TextLineDataset and parsed by a notebook function."""
     path = tmp_path / "digits.csv"

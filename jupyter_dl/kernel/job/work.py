@@ -84,8 +84,12 @@ def _dataset_shipment(name, dataset) -> dict:
         graph, arrays = datasets.dumps(dataset)
     except datasets.PipelineError as exc:
         raise ShipError(name, exc.why, exc.advice) from None
-    except Exception as exc:
-        raise ShipError(name, payload.why_unsendable(dataset, exc, advice=False)) from None
+    except Exception as exc:  # a pipeline of the notebook's that we failed to read: say what failed, not "ranks"
+        raise ShipError(
+            name,
+            f"its tf.data pipeline could not be read: {type(exc).__name__}: {exc}",
+            "build the pipeline inside the %%distribute cell",
+        ) from None
     shipment = {array_name: (payload.fingerprint(array), array) for array_name, array in arrays.items()}
     shipment[name] = (None, payload.cloudpickle.dumps(graph))
     return shipment
