@@ -27,7 +27,7 @@ from jupyter_dl.runtime.probe import ProbeDone
 from jupyter_dl.runtime.publish import engine_publisher
 from jupyter_dl.runtime.resources import ResourceSampler
 from jupyter_dl.runtime.stall_watch import StallWatch
-from jupyter_dl.wire import keras_objects, payload
+from jupyter_dl.wire import keras_objects, object_state, payload
 from jupyter_dl.wire.spec import RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -216,10 +216,15 @@ def _exec_cell(spec: RankSpec, namespace):
 
 
 def _trained_states(spec: RankSpec, namespace) -> dict:
-    """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived."""
+    """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived; and of each Keras
+    callback and metric, under ("object", name)."""
     if spec.mode != "cell" or spec.rank != 0:
         return {}
-    return {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
+    states = {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
+    for name in spec.names_in:
+        if name not in spec.names_out and object_state.tracked(namespace[name]):
+            states[("object", name)] = object_state.state_of(namespace[name])
+    return states
 
 
 def _trained_state(value):
@@ -247,8 +252,15 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         outcome["result"] = payload.cloudpickle.dumps(result) if (spec.rank == 0 or spec.all_ranks) else None
     elif spec.rank == 0:
         # Names the cell bound, plus the models and optimizers it changed without rebinding them.
-        changed = [n for n in arrived if n not in spec.names_out and _trained_state(namespace[n]) != arrived[n]]
+        models = {n: state for n, state in arrived.items() if not isinstance(n, tuple)}
+        changed = [n for n in models if n not in spec.names_out and _trained_state(namespace[n]) != models[n]]
         outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace, also_known=spec.names_in)
+        # Callbacks and metrics it used: what changed, for the notebook's own objects.
+        moved = {
+            name: object_state.changed(before, object_state.state_of(namespace[name]))
+            for (_, name), before in ((n, s) for n, s in arrived.items() if isinstance(n, tuple))
+        }
+        outcome["object_states"] = {name: state for name, state in moved.items() if state}
         outcome["environment"] = _environment()
 
 

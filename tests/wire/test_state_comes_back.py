@@ -240,3 +240,44 @@ loaded = hvd_check.allgather_object(len(best.get_weights()))
 """,
     )
     assert ns["loaded"] == [2, 2]
+
+
+def test_callbacks_and_metrics_of_the_notebook_hold_what_the_cell_did_to_them(shell, digits):
+    """The "writing your own callbacks" shapes: a LossHistory callback made in the notebook collects losses in
+    on_train_begin/on_batch_end, EarlyStopping records where it stopped, and a keras.metrics.Mean accumulates over a
+    custom loop. In one process the notebook's objects hold all that after the cell; they must on 2 ranks too (the
+    ranks' copies changed; rank 0's state comes back into the notebook's own objects, so every reference sees it)."""
+    shell.user_ns.update(digits)
+    shell.run_cell(
+        """
+import keras, numpy as np, tensorflow as tf
+
+class LossHistory(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.losses = []
+    def on_batch_end(self, batch, logs=None):
+        self.losses.append(logs["loss"])
+
+loss_history = LossHistory()
+callbacks = [loss_history]
+stopper = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)  # stops after epoch 2
+mean_loss = keras.metrics.Mean()
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy")
+""",
+        store_history=False,
+    )
+    fit = "model.fit(x_train, y_train, epochs=5, batch_size=64, verbose=0, callbacks=[loss_history, stopper])"
+    ns = _run(shell, fit)
+    assert ns["callbacks"][0] is ns["loss_history"]
+    assert len(ns["loss_history"].losses) == 2 * 11, len(ns["loss_history"].losses)  # 2 epochs of 11 steps a rank
+    assert ns["stopper"].stopped_epoch == 1
+    _run(
+        shell,
+        """
+for start in range(0, 640, 64):
+    mean_loss.update_state(keras.losses.sparse_categorical_crossentropy(y_train[start:start + 64],
+                                                                        model(x_train[start:start + 64])))
+""",
+    )
+    assert float(ns["mean_loss"].result()) > 0.1 and int(ns["mean_loss"].count.numpy()) > 0

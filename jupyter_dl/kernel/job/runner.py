@@ -33,7 +33,7 @@ from jupyter_dl.live.collector import MetricsCollector
 from jupyter_dl.live.state import TrainingState
 from jupyter_dl.pool.choice import PoolChoice
 from jupyter_dl.pool.local import LocalPool
-from jupyter_dl.wire import payload, remote
+from jupyter_dl.wire import object_state, payload, remote
 from jupyter_dl.wire.options import RunOptions
 
 
@@ -230,6 +230,12 @@ class JobRunner(Configurable):
                 outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
             )
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
+            for name, state in outcomes[0].get("object_states", {}).items():  # callbacks and metrics it used
+                existing = jr.work.namespace.get(name)
+                try:
+                    object_state.restore(existing, state)
+                except Exception as exc:  # the notebook's object changed shape meanwhile: say so, keep going
+                    result.problems[name] = f"its state did not come back ({type(exc).__name__}: {exc})"
         else:
             picked = outcomes if jr.work.all_ranks else outcomes[:1]
             result.results = [payload.cloudpickle.loads(o["result"]) for o in picked]

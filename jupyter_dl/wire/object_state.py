@@ -1,0 +1,89 @@
+"""Keras callbacks and metrics of the notebook that a cell changes by using them, without rebinding them.
+
+In one process, `model.fit(..., callbacks=[early_stopping, loss_history])` leaves `early_stopping.stopped_epoch` and
+`loss_history.losses` set, and a `keras.metrics.Mean` updated in a custom loop holds its result. On N ranks the cell
+changes rank copies, so rank 0 sends back what changed and the notebook's own objects take it (every reference to
+them sees it, as in one process). What travels is plain data only: a metric's variable values, a callback's
+attributes that are numbers, strings, arrays and containers of those (not its model, nor functions).
+"""
+
+import numbers
+
+import numpy as np
+
+_LEAVE = frozenset({"model", "_model"})  # fit sets these; the model comes back on its own
+
+
+def tracked(value) -> bool:
+    """A Keras metric or callback (not a History, which comes back as its own kind)."""
+    import keras
+
+    if isinstance(value, keras.metrics.Metric):
+        return True
+    return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
+
+
+def state_of(value):
+    """What a cell may change in a tracked object, as plain data."""
+    import keras
+
+    if isinstance(value, keras.metrics.Metric):
+        return {"variables": [np.array(v.numpy()) for v in value.variables]}
+    return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
+
+
+def changed(before, after) -> dict:
+    """The part of `after` that differs from `before` (both from state_of); {} when nothing changed."""
+    if "variables" in after:
+        same = len(before["variables"]) == len(after["variables"]) and all(
+            np.array_equal(a, b) for a, b in zip(before["variables"], after["variables"])
+        )
+        return {} if same else after
+    moved = {k: v for k, v in after["attributes"].items() if not _equal(before["attributes"].get(k, _MISSING), v)}
+    return {"attributes": moved} if moved else {}
+
+
+def restore(existing, state) -> None:
+    """Put what changed on rank 0 into the notebook's own object."""
+    if "variables" in state:
+        for variable, value in zip(existing.variables, state["variables"]):
+            variable.assign(value)
+        return
+    for name, value in state["attributes"].items():
+        setattr(existing, name, value)
+
+
+_MISSING = object()
+
+
+def _plain(value, depth=0) -> bool:
+    if depth > 4:
+        return False
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype != object
+    if isinstance(value, (list, tuple)):
+        return type(value) in (list, tuple) and all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return type(value) is dict and all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _equal(a, b) -> bool:
+    if a is _MISSING:
+        return False
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return np.array_equal(a, b)
+        return bool(a == b) if not isinstance(a, (list, tuple, dict)) else _deep_equal(a, b)
+    except Exception:  # values that do not compare (arrays in lists): count as changed
+        return False
+
+
+def _deep_equal(a, b) -> bool:
+    if type(a) is not type(b) or len(a) != len(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return all(_equal(x, y) for x, y in zip(a, b))
