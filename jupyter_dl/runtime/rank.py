@@ -155,10 +155,18 @@ def run(spec: RankSpec) -> dict:
         t1 = time.perf_counter()
         stall_watch = StallWatch(rank, spec.stall_s, _stall_reporter(rank))
         sampler = ResourceSampler(rank, spec.resource_interval, engine_publisher())
-        with NativeStderr(sys.stderr), stall_watch, sampler, hooks if hooks is not None else contextlib.nullcontext():
+        with (
+            NativeStderr(sys.stderr),
+            stall_watch,
+            sampler,
+            _dtype_policy(spec.dtype_policy),
+            hooks if hooks is not None else contextlib.nullcontext(),
+        ):
             if spec.mode == "cell":
                 _exec_cell(spec, namespace)
                 result = None
+                if spec.rank == 0:  # a policy the cell set goes back to the notebook, as in one process
+                    outcome["dtype_policy"] = _dtype_policy_name()
             else:  # called here, not in a helper: a function's traceback starts at this frame, as before
                 with keras_objects.quiet_rebuild():  # a model among the arguments is rebuilt here, as in a cell
                     fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
@@ -193,6 +201,27 @@ def run(spec: RankSpec) -> dict:
     outcome["timings"] = timings
     outcome["tf_contexts"] = tf_ops.contexts_started()
     return outcome
+
+
+@contextlib.contextmanager
+def _dtype_policy(name):
+    """The notebook's global Keras dtype policy while the job runs; the engine's own again afterwards."""
+    if name is None:
+        yield
+        return
+    import keras
+
+    kept = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(kept)
+
+
+def _dtype_policy_name():
+    keras = sys.modules.get("keras")
+    return keras.config.dtype_policy().name if keras is not None else None
 
 
 def _hooks_for(spec: RankSpec):

@@ -30,3 +30,6 @@ class RankSpec:
     secret_values: dict = field(default_factory=dict)  # --secret name -> value, in os.environ for this job only
     kernel_pid: int | None = None  # the rank stops itself if this kernel dies (same host only)
     kernel_host: str | None = None
+    # The notebook's global Keras dtype policy (e.g. "mixed_float16" set in an earlier cell, as the mixed-precision
+    # guide does), or None when the kernel has not loaded Keras: the engine keeps its own.
+    dtype_policy: str | None = None

@@ -281,3 +281,29 @@ for start in range(0, 640, 64):
 """,
     )
     assert float(ns["mean_loss"].result()) > 0.1 and int(ns["mean_loss"].count.numpy()) > 0
+
+
+def test_the_notebook_s_mixed_precision_policy_holds_on_the_ranks_and_the_cell_s_comes_back(shell, digits):
+    """The mixed-precision guide sets the global policy in its own cell, then builds the model: the ranks must build
+    it mixed too (a LossScaleOptimizer at compile). A cell that sets the policy itself leaves it set afterwards, as
+    in one process."""
+    import keras
+
+    shell.user_ns.update(digits)
+    build = """
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10),
+                          keras.layers.Activation("softmax", dtype="float32")])
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
+"""
+    try:
+        shell.run_cell("import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')", store_history=False)
+        ns = _run(shell, build)
+        assert ns["model"].layers[0].dtype_policy.name == "mixed_float16"
+        assert type(ns["model"].optimizer).__name__ == "LossScaleOptimizer"
+        shell.run_cell("keras.mixed_precision.set_global_policy('float32')", store_history=False)
+        ns = _run(shell, "keras.mixed_precision.set_global_policy('mixed_float16')\n" + build)
+        assert keras.config.dtype_policy().name == "mixed_float16"  # the cell's policy is the notebook's now
+        assert ns["model"].layers[0].dtype_policy.name == "mixed_float16"
+    finally:
+        keras.config.set_dtype_policy("float32")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class JobRun:
             # Same-host ranks share one kind of device here; across hosts speeds may differ (--balance auto).
             balance_batches=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
             resource_interval=resource_interval,
+            dtype_policy=notebook_dtype_policy(),
         )
         if isinstance(self.work, CellWork):
             # Numbered as the notebook shows the cell, so a rank's traceback and a stall report name its lines.
@@ -78,3 +80,9 @@ class JobRun:
         else:
             spec.mode, spec.fn, spec.all_ranks = "fn", self.shipment.fn, self.work.all_ranks
         return spec
+
+
+def notebook_dtype_policy() -> str | None:
+    """The kernel's global Keras dtype policy, when Keras is loaded here (not imported for this)."""
+    keras = sys.modules.get("keras")
+    return keras.config.dtype_policy().name if keras is not None else None

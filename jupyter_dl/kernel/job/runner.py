@@ -22,7 +22,7 @@ from jupyter_dl.kernel import secrets as secretsmod
 from jupyter_dl.kernel.job import outcomes as outcomesmod
 from jupyter_dl.kernel.job import placement
 from jupyter_dl.kernel.job.feed import MetricsFeed
-from jupyter_dl.kernel.job.job_run import JobRun
+from jupyter_dl.kernel.job.job_run import JobRun, notebook_dtype_policy
 from jupyter_dl.kernel.job.monitor import Monitor
 from jupyter_dl.kernel.job.observer import JobObserver
 from jupyter_dl.kernel.job.route import route
@@ -230,6 +230,7 @@ class JobRunner(Configurable):
                 outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
             )
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
+            _take_dtype_policy(outcomes[0].get("dtype_policy"))
             for name, state in outcomes[0].get("object_states", {}).items():  # callbacks and metrics it used
                 existing = jr.work.namespace.get(name)
                 try:
@@ -380,3 +381,15 @@ def _kernel_identity():
     except Exception:  # not in a kernel (scripts, tests)
         pass
     return identity
+
+
+def _take_dtype_policy(name):
+    """The global Keras dtype policy the cell ended with on rank 0 becomes the notebook's (a cell that sets
+    mixed_float16 leaves it set in one process)."""
+    if name is None or name == notebook_dtype_policy():
+        return
+    if name == "float32" and "keras" not in sys.modules:
+        return  # the default: nothing to set, and no reason to load Keras here
+    import keras
+
+    keras.config.set_dtype_policy(name)
