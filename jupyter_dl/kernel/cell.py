@@ -8,6 +8,8 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
+from jupyter_dl.errors import UsageError
+
 # IPython's own bookkeeping: never ship these, never bring them back.
 _IPYTHON_NAMES = {
     "In",
@@ -124,11 +126,36 @@ _UNCONDITIONAL = (
 )
 
 
+# tf.distribute strategies that spread one process over several devices or workers. On N ranks each rank is one
+# process with one device; on TensorFlow's collectives a strategy would also see the other ranks' devices.
+STRATEGIES = {
+    "MirroredStrategy",
+    "MultiWorkerMirroredStrategy",
+    "CentralStorageStrategy",
+    "ParameterServerStrategy",
+    "TPUStrategy",
+}
+
+
+def refuse_strategies(tree):
+    """A cell that makes its own tf.distribute strategy is refused, in one line, before anything starts."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in STRATEGIES:
+                raise UsageError(
+                    f"line {node.lineno} makes a tf.distribute.{called}: remove it and its "
+                    "scope(); %%distribute already runs the cell on every rank, one device each"
+                )
+
+
 def analyse(code: str, first_line: int = 1) -> CellNames:
     collector = _NameCollector()
     own: set = set()  # names bound unconditionally by an earlier top-level statement
     loads = set()
-    for statement in parse_cell(code, first_line=first_line).body:
+    tree = parse_cell(code, first_line=first_line)
+    refuse_strategies(tree)
+    for statement in tree.body:
         before = set(collector.loads)
         collector.loads = set()
         collector.visit(statement)

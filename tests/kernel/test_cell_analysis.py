@@ -48,3 +48,15 @@ def test_names_the_cell_binds_first_are_not_shipped():
 def test_a_name_read_in_its_own_binding_is_shipped():
     assert "model" in analyse("model = wrap(model)").reads
     assert "total" in analyse("total += 1").reads
+
+
+def test_a_cell_that_makes_its_own_strategy_is_refused_naming_its_line():
+    """Kept from the distributed-training guide, a MirroredStrategy on TensorFlow's collectives spans the other
+    ranks' devices and killed the engine; on Horovod it trained and then could not come back. One line instead."""
+    from jupyter_dl.errors import UsageError
+
+    cell = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nwith strategy.scope():\n    pass\n"
+    refused = r"^line 3 makes a tf.distribute.MirroredStrategy: remove it and its scope\(\)"
+    with pytest.raises(UsageError, match=refused):
+        analyse(cell, first_line=2)  # the %%distribute line is line 1
+    assert analyse("strategy = None\n").binds == ["strategy"]  # the name alone is fine
