@@ -150,6 +150,7 @@ def run(spec: RankSpec) -> dict:
         os.environ.update(spec.secret_values)  # for this job only; removed below
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
+        keras_objects.register_again(spec.keras_registrations, namespace)
         arrived = _trained_states(spec, namespace)
         hooks = _hooks_for(spec)
         t1 = time.perf_counter()

@@ -265,6 +265,36 @@ def _names_in_config(value):
     return names
 
 
+def registrations(values: dict) -> dict:
+    """{name: 'package>Name'} for the values (classes, or objects of classes) that `register_keras_serializable`
+    registered under a name of their own. A class sent by value is a new class on the engine, which the decorator
+    never saw: `model.save` there would write a name that `load_model` here cannot find."""
+    keras = sys.modules.get("keras")
+    if keras is None:
+        return {}
+    found = {}
+    for name, value in values.items():
+        cls = value if isinstance(value, type) else type(value)
+        registered = keras.saving.get_registered_name(cls)
+        if registered != cls.__name__ and ">" in registered:
+            found[name] = registered
+    return found
+
+
+def register_again(registrations_by_name: dict, namespace: dict) -> None:
+    """On the engine: register the classes that arrived under the names they had in the notebook."""
+    if not registrations_by_name:
+        return
+    import keras
+
+    for name, registered in registrations_by_name.items():
+        value = namespace.get(name)
+        cls = value if isinstance(value, type) else type(value)
+        package, _, class_name = registered.rpartition(">")
+        if keras.saving.get_registered_name(cls) != registered:
+            keras.saving.register_keras_serializable(package=package, name=class_name)(cls)
+
+
 def _user_defined(obj) -> bool:
     return getattr(obj, "__module__", None) == "__main__"
 

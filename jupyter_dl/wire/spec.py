@@ -33,3 +33,4 @@ class RankSpec:
     # The notebook's global Keras dtype policy (e.g. "mixed_float16" set in an earlier cell, as the mixed-precision
     # guide does), or None when the kernel has not loaded Keras: the engine keeps its own.
     dtype_policy: str | None = None
+    keras_registrations: dict = field(default_factory=dict)  # name read -> registered Keras name of its class

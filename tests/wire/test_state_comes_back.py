@@ -307,3 +307,42 @@ model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
         assert ns["model"].layers[0].dtype_policy.name == "mixed_float16"
     finally:
         keras.config.set_dtype_policy("float32")
+
+
+def test_a_registered_class_of_the_notebook_saved_on_the_ranks_loads_in_the_notebook(shell, digits, tmp_path):
+    """The serialization guide's shape: a class registered with register_keras_serializable in a notebook cell, a
+    model of it saved with model.save inside the distributed cell, load_model in the next plain cell. The class
+    travels by value, so the engine must register it again under the notebook's name."""
+    shell.user_ns.update(digits, path=str(tmp_path / "clf.keras"))
+    shell.run_cell(
+        """
+import keras
+
+@keras.saving.register_keras_serializable(package="notebook")
+class Classifier(keras.Model):
+    def __init__(self, hidden=32, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = hidden
+        self.inner = keras.layers.Dense(hidden, activation="relu")
+        self.out = keras.layers.Dense(10)
+
+    def call(self, x):
+        return self.out(self.inner(x))
+
+    def get_config(self):
+        return {**super().get_config(), "hidden": self.hidden}
+""",
+        store_history=False,
+    )
+    _run(
+        shell,
+        """
+clf = Classifier(hidden=24)
+clf.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+clf.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
+clf.save(path)
+""",
+    )
+    result = shell.run_cell("loaded = keras.models.load_model(path)", store_history=False)
+    assert result.success, result.error_in_exec
+    assert type(shell.user_ns["loaded"]) is shell.user_ns["Classifier"] and shell.user_ns["loaded"].hidden == 24

@@ -73,6 +73,7 @@ class JobRun:
             balance_batches=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
             resource_interval=resource_interval,
             dtype_policy=notebook_dtype_policy(),
+            keras_registrations=self.shipment.keras_registrations,
         )
         if isinstance(self.work, CellWork):
             # Numbered as the notebook shows the cell, so a rank's traceback and a stall report name its lines.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from jupyter_dl.errors import ShipError
 from jupyter_dl.jobs import Job
 from jupyter_dl.kernel import cell as cellmod
-from jupyter_dl.wire import datasets, payload
+from jupyter_dl.wire import datasets, keras_objects, payload
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Shipment:
     names_out: list = field(default_factory=list)
     values: dict = field(default_factory=dict)
     fn: bytes | None = None  # function mode: the cloudpickled (fn, args, kwargs)
+    keras_registrations: dict = field(default_factory=dict)  # name read -> its class's registered Keras name
 
 
 def prepare(work) -> Shipment:
@@ -74,7 +75,12 @@ def prepare(work) -> Shipment:
                 raise ShipError(name, payload.why_unsendable(value, exc, advice=False)) from None
         else:
             values[name] = (fp, value)
-    return Shipment(names_in=sorted(values), names_out=names.binds, values=values)
+    return Shipment(
+        names_in=sorted(values),
+        names_out=names.binds,
+        values=values,
+        keras_registrations=keras_objects.registrations({name: work.namespace[name] for name in reads}),
+    )
 
 
 def _dataset_shipment(name, dataset) -> dict:
