@@ -56,11 +56,8 @@ def session(two_hosts):
     session.cluster.stop()  # a connected cluster is only disconnected
 
 
-def _train_and_report(x_train, y_train, **_):
-    """An ordinary Keras cell, plus where Horovod placed this rank."""
-    import socket
-
-    import horovod.tensorflow as hvd
+def _ordinary_fit(x_train, y_train):
+    """An ordinary Keras cell's training: (final weights, last epoch's accuracy)."""
     import keras
 
     model = keras.Sequential(
@@ -68,15 +65,25 @@ def _train_and_report(x_train, y_train, **_):
     )  # no seed: ranks start apart
     model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
     history = model.fit(x_train, y_train, epochs=6, batch_size=32, verbose=0)
+    return model.get_weights(), history.history["accuracy"][-1]
+
+
+def _train_and_report(x_train, y_train, **_):
+    """An ordinary Keras cell, plus where Horovod placed this rank."""
+    import socket
+
+    import horovod.tensorflow as hvd
+
+    weights, accuracy = _ordinary_fit(x_train, y_train)
     return {
         "host": socket.gethostname(),
         "rank": hvd.rank(),
         "local_rank": hvd.local_rank(),
         "cross_rank": hvd.cross_rank(),
         "local_size": hvd.local_size(),
-        "weights": model.get_weights(),
+        "weights": weights,
         "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE"),
-        "accuracy": history.history["accuracy"][-1],
+        "accuracy": accuracy,
     }
 
 
@@ -122,23 +129,17 @@ def _train_and_report_on_tf(x_train, y_train, **_):
     """The same ordinary cell on TensorFlow's collectives, plus where this rank ran and the group's addresses."""
     import socket
 
-    import keras
-
     from jupyter_dl import collectives
     from jupyter_dl.backends import tf_ops
 
-    model = keras.Sequential(
-        [keras.Input((64,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10, activation="softmax")]
-    )
-    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    history = model.fit(x_train, y_train, epochs=6, batch_size=32, verbose=0)
+    weights, accuracy = _ordinary_fit(x_train, y_train)
     return {
         "host": socket.gethostname(),
         "rank": collectives.rank(),
         "size": collectives.size(),
         "addresses": list(tf_ops.current().addresses),
-        "weights": model.get_weights(),
-        "accuracy": history.history["accuracy"][-1],
+        "weights": weights,
+        "accuracy": accuracy,
     }
 
 
