@@ -252,8 +252,9 @@ def _trained_states(spec: RankSpec, namespace) -> dict:
         return {}
     states = {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
     for name in spec.names_in:
-        if name not in spec.names_out and object_state.tracked(namespace[name]):
-            states[("object", name)] = object_state.state_of(namespace[name])
+        if name not in spec.names_out:
+            for index, value in object_state.tracked_in(namespace[name]):
+                states[("object", name, index)] = object_state.state_of(value)
     return states
 
 
@@ -286,11 +287,11 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         changed = [n for n in models if n not in spec.names_out and _trained_state(namespace[n]) != models[n]]
         outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace, also_known=spec.names_in)
         # Callbacks and metrics it used: what changed, for the notebook's own objects.
-        moved = {
-            name: object_state.changed(before, object_state.state_of(namespace[name]))
-            for (_, name), before in ((n, s) for n, s in arrived.items() if isinstance(n, tuple))
-        }
-        outcome["object_states"] = {name: state for name, state in moved.items() if state}
+        moved = [
+            (name, index, object_state.changed(before, object_state.state_of(object_state.at(namespace, name, index))))
+            for (_, name, index), before in ((key, s) for key, s in arrived.items() if isinstance(key, tuple))
+        ]
+        outcome["object_states"] = [entry for entry in moved if entry[2]]
         outcome["environment"] = _environment()
 
 

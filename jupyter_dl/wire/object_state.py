@@ -23,6 +23,22 @@ def tracked(value) -> bool:
     return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
 
 
+def tracked_in(value) -> list:
+    """[(index, object)] of the tracked objects a name holds: itself (index None), or the items of its list or
+    tuple (`callbacks = [loss_history, early_stopping]` passed to fit)."""
+    if tracked(value):
+        return [(None, value)]
+    if type(value) in (list, tuple) and len(value) <= 64:  # a list of callbacks, not a list of samples
+        return [(i, item) for i, item in enumerate(value) if tracked(item)]
+    return []
+
+
+def at(namespace, name, index):
+    """The object under `name` (index None) or its item `index`."""
+    value = namespace[name]
+    return value if index is None else value[index]
+
+
 def state_of(value):
     """What a cell may change in a tracked object, as plain data."""
     import keras

@@ -231,10 +231,9 @@ class JobRunner(Configurable):
             )
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
             _take_dtype_policy(outcomes[0].get("dtype_policy"))
-            for name, state in outcomes[0].get("object_states", {}).items():  # callbacks and metrics it used
-                existing = jr.work.namespace.get(name)
+            for name, index, state in outcomes[0].get("object_states", []):  # callbacks and metrics it used
                 try:
-                    object_state.restore(existing, state)
+                    object_state.restore(object_state.at(jr.work.namespace, name, index), state)
                 except Exception as exc:  # the notebook's object changed shape meanwhile: say so, keep going
                     result.problems[name] = f"its state did not come back ({type(exc).__name__}: {exc})"
         else:
