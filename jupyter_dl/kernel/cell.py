@@ -59,6 +59,14 @@ class _NameCollector(ast.NodeVisitor):
             self.loads.add(node.target.id)
         self.generic_visit(node)
 
+    def visit_Global(self, node):
+        # `global n` in a function the cell defines: calling it binds the notebook-level name, so it comes back
+        # (and is read: the function may use its value first).
+        for name in node.names:
+            self.loads.add(name)
+            if name not in self.top_binds:
+                self.top_binds.append(name)
+
     def visit_Import(self, node):
         for alias in node.names:
             self._bind(alias.asname or alias.name.split(".")[0])

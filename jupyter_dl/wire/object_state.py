@@ -1,10 +1,12 @@
-"""Keras callbacks and metrics of the notebook that a cell changes by using them, without rebinding them.
+"""Objects of the notebook that a cell changes by using them, without rebinding them.
 
 In one process, `model.fit(..., callbacks=[early_stopping, loss_history])` leaves `early_stopping.stopped_epoch` and
-`loss_history.losses` set, and a `keras.metrics.Mean` updated in a custom loop holds its result. On N ranks the cell
-changes rank copies, so rank 0 sends back what changed and the notebook's own objects take it (every reference to
-them sees it, as in one process). What travels is plain data only: a metric's variable values, a callback's
-attributes that are numbers, strings, arrays and containers of those (not its model, nor functions).
+`loss_history.losses` set, a `keras.metrics.Mean` updated in a custom loop holds its result, `step.assign_add(1)`
+moves a variable and `train_losses.append(...)` grows a list. On N ranks the cell changes rank copies, so rank 0
+sends back what changed and the notebook's own objects take it (every reference to them sees it, as in one
+process). What travels is plain data only: a metric's or variable's values, a callback's attributes that are
+numbers, strings, arrays and containers of those (not its model, nor functions), a small list, dict or set of such
+values (tensors in it arrive as NumPy arrays).
 """
 
 import numbers
@@ -14,22 +16,29 @@ import numpy as np
 _LEAVE = frozenset({"model", "_model"})  # fit sets these; the model comes back on its own
 
 
+MAX_ITEMS = 10_000  # a list of results, not a dataset: larger containers are not watched
+
+
 def tracked(value) -> bool:
-    """A Keras metric or callback (not a History, which comes back as its own kind)."""
+    """A Keras metric, callback (not a History, which comes back as its own kind) or variable."""
     import keras
 
-    if isinstance(value, keras.metrics.Metric):
+    if isinstance(value, (keras.metrics.Metric, keras.Variable)) or _is_tf_variable(value):
         return True
     return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
 
 
 def tracked_in(value) -> list:
-    """[(index, object)] of the tracked objects a name holds: itself (index None), or the items of its list or
-    tuple (`callbacks = [loss_history, early_stopping]` passed to fit)."""
+    """[(index, object)] of what a name holds that is watched: itself (index None), or the Keras items of its list
+    or tuple (`callbacks = [loss_history, early_stopping]` passed to fit)."""
     if tracked(value):
         return [(None, value)]
     if type(value) in (list, tuple) and len(value) <= 64:  # a list of callbacks, not a list of samples
-        return [(i, item) for i, item in enumerate(value) if tracked(item)]
+        items = [(i, item) for i, item in enumerate(value) if tracked(item)]
+        if items:
+            return items
+    if type(value) in (list, dict, set) and len(value) <= MAX_ITEMS and _plain_copy(value) is not _UNPLAIN:
+        return [(None, value)]
     return []
 
 
@@ -45,6 +54,10 @@ def state_of(value):
 
     if isinstance(value, keras.metrics.Metric):
         return {"variables": [np.array(v.numpy()) for v in value.variables]}
+    if isinstance(value, keras.Variable) or _is_tf_variable(value):
+        return {"variables": [np.array(value.numpy())]}
+    if type(value) in (list, dict, set):
+        return {"plain": _plain_copy(value)}
     return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
 
 
@@ -55,6 +68,8 @@ def changed(before, after) -> dict:
             np.array_equal(a, b) for a, b in zip(before["variables"], after["variables"])
         )
         return {} if same else after
+    if "plain" in after:  # unplain now (it holds an object that cannot travel as data): left on the ranks
+        return after if after["plain"] is not _UNPLAIN and not _equal(before["plain"], after["plain"]) else {}
     moved = {k: v for k, v in after["attributes"].items() if not _equal(before["attributes"].get(k, _MISSING), v)}
     return {"attributes": moved} if moved else {}
 
@@ -62,14 +77,49 @@ def changed(before, after) -> dict:
 def restore(existing, state) -> None:
     """Put what changed on rank 0 into the notebook's own object."""
     if "variables" in state:
-        for variable, value in zip(existing.variables, state["variables"]):
+        variables = existing.variables if hasattr(existing, "variables") else [existing]
+        for variable, value in zip(variables, state["variables"]):
             variable.assign(value)
+        return
+    if "plain" in state:
+        if isinstance(existing, list):
+            existing[:] = state["plain"]
+        else:  # a dict or a set
+            existing.clear()
+            existing.update(state["plain"])
         return
     for name, value in state["attributes"].items():
         setattr(existing, name, value)
 
 
 _MISSING = object()
+_UNPLAIN = object()
+
+
+def _is_tf_variable(value) -> bool:
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, tf.Variable)
+
+
+def _plain_copy(value, depth=0):
+    """A copy of `value` made of plain data (tensors as NumPy arrays), or _UNPLAIN."""
+    if depth > 4:
+        return _UNPLAIN
+    if hasattr(value, "numpy") and type(value).__module__.startswith("tensorflow") and not _is_tf_variable(value):
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        return value.copy() if value.dtype != object else _UNPLAIN
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
+        return value
+    if type(value) in (list, tuple, set):
+        items = [_plain_copy(v, depth + 1) for v in value]
+        return _UNPLAIN if any(i is _UNPLAIN for i in items) else type(value)(items)
+    if type(value) is dict:
+        items = {k: _plain_copy(v, depth + 1) for k, v in value.items()}
+        return _UNPLAIN if any(v is _UNPLAIN for v in items.values()) else items
+    return _UNPLAIN
 
 
 def _plain(value, depth=0) -> bool:
@@ -100,6 +150,8 @@ def _equal(a, b) -> bool:
 def _deep_equal(a, b) -> bool:
     if type(a) is not type(b) or len(a) != len(b):
         return False
+    if isinstance(a, set):
+        return a == b
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
     return all(_equal(x, y) for x, y in zip(a, b))

@@ -60,3 +60,23 @@ def test_a_cell_that_makes_its_own_strategy_is_refused_naming_its_line():
     with pytest.raises(UsageError, match=refused):
         analyse(cell, first_line=2)  # the %%distribute line is line 1
     assert analyse("strategy = None\n").binds == ["strategy"]  # the name alone is fine
+
+
+def test_a_global_declared_in_a_function_of_the_cell_is_read_and_bound():
+    names = analyse("def count():\n    global n_calls\n    n_calls += 1\ncount()\n")
+    assert "n_calls" in names.reads and "n_calls" in names.binds
+
+
+def test_an_unsendable_old_value_of_a_name_the_cell_binds_is_left_behind(tmp_path):
+    """`with open(path, "w") as f:` in the cell, while the notebook holds a closed file `f` from earlier: the cell
+    binds its own `f`, so the old one need not (and cannot) travel; one the cell only reads is still refused."""
+    from jupyter_dl.errors import ShipError
+    from jupyter_dl.kernel.job.work import CellWork, prepare
+
+    with open(tmp_path / "old.txt", "w") as f:
+        f.write("x")
+    code = "with open(path, 'w') as f:\n    f.write('hi')\n"
+    shipment = prepare(CellWork(code, {"f": f, "path": str(tmp_path / "new.txt")}))
+    assert "f" not in shipment.names_in and "path" in shipment.names_in
+    with pytest.raises(ShipError, match="cannot send variable 'f'"):
+        prepare(CellWork("print(f.closed)\n", {"f": f}))

@@ -347,3 +347,45 @@ clf.save(path)
     result = shell.run_cell("loaded = keras.models.load_model(path)", store_history=False)
     assert result.success, result.error_in_exec
     assert type(shell.user_ns["loaded"]) is shell.user_ns["Classifier"] and shell.user_ns["loaded"].hidden == 24
+
+
+def test_variables_lists_and_dicts_of_the_notebook_changed_in_place_come_back(shell, digits):
+    """A custom loop that counts steps in a notebook tf.Variable, moves a keras.Variable, appends losses to a list
+    made in an earlier cell and counts in a dict: one process leaves all four changed; so must 2 ranks (rank 0's
+    values, into the notebook's own objects). A list the cell did not change is left as it was."""
+    shell.user_ns.update(digits)
+    shell.run_cell(
+        """
+import keras, tensorflow as tf
+step = tf.Variable(0)
+temperature = keras.Variable(1.0)
+train_losses = []
+stats = {"batches": 0}
+untouched = [1, 2, 3]
+same_list = train_losses
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+optimizer = keras.optimizers.SGD(0.1)
+""",
+        store_history=False,
+    )
+    _run(
+        shell,
+        """
+for start in range(0, 320, 64):
+    with tf.GradientTape() as tape:
+        logits = model(x_train[start:start + 64])
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_train[start:start + 64], logits,
+                                                                           from_logits=True))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    train_losses.append(loss)
+    stats["batches"] += 1
+    step.assign_add(1)
+temperature.assign(0.5)
+total = len(untouched)
+""",
+    )
+    ns = shell.user_ns
+    assert int(ns["step"].numpy()) == 5 and float(ns["temperature"].numpy()) == 0.5
+    assert ns["same_list"] is ns["train_losses"] and len(ns["train_losses"]) == 5  # the notebook's own list
+    assert all(np.isfinite(float(v)) for v in ns["train_losses"])
+    assert ns["stats"] == {"batches": 5} and ns["untouched"] == [1, 2, 3]

@@ -72,6 +72,8 @@ def prepare(work) -> Shipment:
             try:
                 values[name] = (None, payload.dumps_sharing(name, value, work.namespace, owners, known=known))
             except Exception as exc:
+                if name in names.binds:  # the cell binds it itself (`with open(...) as f`): the old value is not needed
+                    continue
                 raise ShipError(name, payload.why_unsendable(value, exc, advice=False)) from None
         else:
             values[name] = (fp, value)
