@@ -8,6 +8,7 @@ failing rank from the peers that only failed because it left.
 import _thread
 import builtins
 import contextlib
+import importlib
 import itertools
 import linecache
 import os
@@ -148,6 +149,7 @@ def run(spec: RankSpec) -> dict:
         timings["init_s"] = time.perf_counter() - t0
         keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
         os.environ.update(spec.secret_values)  # for this job only; removed below
+        _follow_the_notebook(spec.kernel_cwd, spec.kernel_sys_path)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
         keras_objects.register_again(spec.keras_registrations, namespace)
@@ -202,6 +204,17 @@ def run(spec: RankSpec) -> dict:
     outcome["timings"] = timings
     outcome["tf_contexts"] = tf_ops.contexts_started()
     return outcome
+
+
+def _follow_the_notebook(cwd, sys_path):
+    """The notebook's working directory and import path, where they exist on this host: relative paths and helper
+    modules beside the notebook mean the same on every rank as in the notebook."""
+    if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
+        os.chdir(cwd)
+    missing = [entry for entry in sys_path if entry not in sys.path and os.path.isdir(entry)]
+    if missing:
+        sys.path[:0] = missing
+        importlib.invalidate_caches()
 
 
 @contextlib.contextmanager

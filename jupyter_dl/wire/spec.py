@@ -34,3 +34,7 @@ class RankSpec:
     # guide does), or None when the kernel has not loaded Keras: the engine keeps its own.
     dtype_policy: str | None = None
     keras_registrations: dict = field(default_factory=dict)  # name read -> registered Keras name of its class
+    # The notebook's working directory and import path: a helper module beside the notebook, an os.chdir or a
+    # sys.path.append in an earlier cell hold on the ranks too (where the directories exist on their host).
+    kernel_cwd: str = ""
+    kernel_sys_path: list = field(default_factory=list)

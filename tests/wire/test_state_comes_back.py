@@ -389,3 +389,32 @@ total = len(untouched)
     assert ns["same_list"] is ns["train_losses"] and len(ns["train_losses"]) == 5  # the notebook's own list
     assert all(np.isfinite(float(v)) for v in ns["train_losses"])
     assert ns["stats"] == {"batches": 5} and ns["untouched"] == [1, 2, 3]
+
+
+def test_a_helper_module_and_the_working_directory_of_the_notebook_hold_on_the_ranks(shell, tmp_path):
+    """A helper module beside the notebook, reached through sys.path, and an os.chdir in an earlier cell: the cell
+    imports the helper and writes a relative path on the ranks as it would in the notebook."""
+    import os
+    import sys
+
+    (tmp_path / "notebook_helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    kept_cwd, kept_path = os.getcwd(), list(sys.path)
+    try:
+        shell.run_cell(f"import os, sys\nsys.path.append({str(tmp_path)!r})\nos.chdir({str(tmp_path)!r})")
+        ns = _run(
+            shell,
+            """
+import notebook_helpers
+from jupyter_dl import collectives
+doubled = notebook_helpers.double(21)
+if collectives.rank() == 0:
+    with open("written-on-rank-0.txt", "w") as out:
+        out.write("hi")
+""",
+        )
+        assert ns["doubled"] == 42
+        assert (tmp_path / "written-on-rank-0.txt").read_text() == "hi"
+    finally:
+        os.chdir(kept_cwd)
+        sys.path[:] = kept_path
+        sys.modules.pop("notebook_helpers", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -74,6 +75,8 @@ class JobRun:
             resource_interval=resource_interval,
             dtype_policy=notebook_dtype_policy(),
             keras_registrations=self.shipment.keras_registrations,
+            kernel_cwd=os.getcwd(),
+            kernel_sys_path=[entry for entry in sys.path if entry],
         )
         if isinstance(self.work, CellWork):
             # Numbered as the notebook shows the cell, so a rank's traceback and a stall report name its lines.
