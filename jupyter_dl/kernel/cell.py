@@ -111,8 +111,30 @@ CELL_FILENAME = "<distribute-cell>"  # the file name a cell's SyntaxError carrie
 
 def parse_cell(code: str, filename: str = CELL_FILENAME, first_line: int = 1) -> ast.Module:
     """Parse the cell; a SyntaxError is raised here, before anything is launched, at the line the user sees
-    (first_line: the number of the code's first line, 2 below a %%distribute line)."""
-    return ast.parse(numbered_from(code, first_line), filename=filename)
+    (first_line: the number of the code's first line, 2 below a %%distribute line). IPython's own syntax (`%time`,
+    `!ls`) is refused in one line: the ranks run the cell as Python, in a namespace of their own that magics do
+    not see."""
+    try:
+        return ast.parse(numbered_from(code, first_line), filename=filename)
+    except SyntaxError:
+        _refuse_ipython_syntax(code, first_line)
+        raise
+
+
+def _refuse_ipython_syntax(code: str, first_line: int):
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    python = TransformerManager().transform_cell(code)
+    try:
+        ast.parse(python)
+    except SyntaxError:
+        return  # a plain syntax error: shown as IPython shows one
+    for number, (theirs, ours) in enumerate(zip(code.splitlines(), python.splitlines()), start=first_line):
+        if theirs != ours:
+            raise UsageError(
+                f"line {number} is IPython syntax ({theirs.strip()[:40]}), which the ranks cannot run: "
+                "move it to a cell of its own, or write it in Python (subprocess.run for a shell command)"
+            )
 
 
 def numbered_from(code: str, first_line: int) -> str:

@@ -80,3 +80,14 @@ def test_an_unsendable_old_value_of_a_name_the_cell_binds_is_left_behind(tmp_pat
     assert "f" not in shipment.names_in and "path" in shipment.names_in
     with pytest.raises(ShipError, match="cannot send variable 'f'"):
         prepare(CellWork("print(f.closed)\n", {"f": f}))
+
+
+def test_ipython_syntax_in_the_cell_is_refused_in_one_line_naming_it():
+    from jupyter_dl.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^line 3 is IPython syntax \(%time y = 2\), which the ranks cannot run"):
+        analyse("x = 1\n%time y = 2\n", first_line=2)
+    with pytest.raises(UsageError, match=r"^line 2 is IPython syntax \(!ls\)"):
+        analyse("!ls\n", first_line=2)
+    with pytest.raises(SyntaxError):  # plain Python mistakes stay SyntaxErrors
+        analyse("x = (\n", first_line=2)
