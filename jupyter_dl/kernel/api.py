@@ -218,6 +218,8 @@ def bind_results(result, namespace):
     """Put what rank 0 bound into the namespace; say which names could not come back. Those are removed from the
     namespace: an older value left under the name would look like the job's result."""
     namespace.update(result.values)
+    for name in result.deleted:  # `del x` in the cell: gone here too, as in one process
+        namespace.pop(name, None)
     for name, why in result.problems.items():
         stale = namespace.pop(name, None) is not None
         removed = "; its older value was removed from the notebook so it cannot be mistaken for this result"

@@ -33,12 +33,14 @@ _IPYTHON_NAMES = {
 class CellNames:
     reads: set = field(default_factory=set)
     binds: list = field(default_factory=list)  # top-level bindings, in order of first appearance
+    deletes: list = field(default_factory=list)  # top-level names the cell deletes (and does not bind again)
 
 
 class _NameCollector(ast.NodeVisitor):
     def __init__(self):
         self.loads = set()
         self.top_binds = []
+        self.deleted: list = []
         self._depth = 0  # >0 inside function/class/lambda/comprehension bodies
 
     def _bind(self, name):
@@ -50,8 +52,10 @@ class _NameCollector(ast.NodeVisitor):
             self.loads.add(node.id)
         elif self._depth == 0:
             self._bind(node.id)
-            if isinstance(node.ctx, ast.Del):
+            if isinstance(node.ctx, ast.Del):  # `del x` needs x there first, and leaves the notebook without it
                 self.top_binds.remove(node.id)
+                self.loads.add(node.id)
+                self.deleted.append(node.id)
 
     def visit_AugAssign(self, node):
         # `x += 1` reads x as well as binding it.
@@ -195,7 +199,8 @@ def analyse(code: str, first_line: int = 1) -> CellNames:
             own.update(collector.top_binds)
     reads = {n for n in loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
     binds = [n for n in collector.top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
-    return CellNames(reads=reads, binds=binds)
+    deletes = [n for n in dict.fromkeys(collector.deleted) if n not in binds]
+    return CellNames(reads=reads, binds=binds, deletes=deletes)
 
 
 def shippable_reads(names: CellNames, namespace: dict) -> list:

@@ -91,3 +91,9 @@ def test_ipython_syntax_in_the_cell_is_refused_in_one_line_naming_it():
         analyse("!ls\n", first_line=2)
     with pytest.raises(SyntaxError):  # plain Python mistakes stay SyntaxErrors
         analyse("x = (\n", first_line=2)
+
+
+def test_a_deleted_name_is_read_first_and_gone_after():
+    names = analyse("y = scratch * 2\ndel scratch\n")
+    assert "scratch" in names.reads and names.deletes == ["scratch"] and names.binds == ["y"]
+    assert analyse("del a\na = 1\n").deletes == []  # bound again: it comes back

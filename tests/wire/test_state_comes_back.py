@@ -418,3 +418,9 @@ if collectives.rank() == 0:
         os.chdir(kept_cwd)
         sys.path[:] = kept_path
         sys.modules.pop("notebook_helpers", None)
+
+
+def test_a_name_the_cell_deletes_is_there_for_the_cell_and_gone_after(shell):
+    shell.user_ns["scratch"] = np.ones(3)
+    ns = _run(shell, "total = float(scratch.sum())\ndel scratch\n")
+    assert ns["total"] == 3.0 and "scratch" not in ns

@@ -229,6 +229,7 @@ class JobRunner(Configurable):
             result.values, result.problems = payload.unpack(
                 outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
             )
+            result.deleted = list(jr.shipment.deletes)
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
             _take_dtype_policy(outcomes[0].get("dtype_policy"))
             for name, index, state in outcomes[0].get("object_states", []):  # callbacks and metrics it used

@@ -37,6 +37,7 @@ class RunResult:
     probe: dict | None = None  # probe mode: what rank 0 measured of the cell's fit
     recommendation: object = None  # --recommend: the plan it ran with
     diverged: str | None = None  # zero-code: the warning when ranks ended with different weights
+    deleted: list = field(default_factory=list)  # cell mode: names the cell deleted, removed from the namespace
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Shipment:
     values: dict = field(default_factory=dict)
     fn: bytes | None = None  # function mode: the cloudpickled (fn, args, kwargs)
     keras_registrations: dict = field(default_factory=dict)  # name read -> its class's registered Keras name
+    deletes: list = field(default_factory=list)  # names the cell deletes: gone from the notebook after it ran
 
 
 def prepare(work) -> Shipment:
@@ -82,6 +84,7 @@ def prepare(work) -> Shipment:
         names_out=names.binds,
         values=values,
         keras_registrations=keras_objects.registrations({name: work.namespace[name] for name in reads}),
+        deletes=names.deletes,
     )
 
 
