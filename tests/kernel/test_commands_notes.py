@@ -5,16 +5,11 @@ say nothing about a custom loop (their own training steps are not one), a real c
 import re
 import warnings
 
+from digits_cells import DIGITS_MODEL
+
 CUSTOM_LOOP_NOTE = "updates outside fit (a custom loop)"
 
-FIT_CELL = """
-import keras
-keras.utils.set_random_seed(1)
-model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                          keras.layers.Dense(10, activation="softmax")])
-model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-history = model.fit(x_train, y_train, batch_size=32, epochs=1, verbose=0)
-"""
+FIT_CELL = DIGITS_MODEL + "history = model.fit(x_train, y_train, batch_size=32, epochs=1, verbose=0)\n"
 
 CUSTOM_LOOP_CELL = """
 import keras

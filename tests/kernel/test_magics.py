@@ -5,16 +5,14 @@ import time
 
 import numpy as np
 import pytest
+from digits_cells import DIGITS_MODEL
 
-CELL = """
-import keras
-keras.utils.set_random_seed(1)
-model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                          keras.layers.Dense(10, activation="softmax")])
-model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-history = model.fit(x_train, y_train, batch_size=32, epochs=3, validation_split=0.1)
+CELL = (
+    DIGITS_MODEL
+    + """history = model.fit(x_train, y_train, batch_size=32, epochs=3, validation_split=0.1)
 print("trained on", len(x_train), "samples")
 """
+)
 
 
 def run(shell, code):
