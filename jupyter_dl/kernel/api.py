@@ -15,6 +15,7 @@ from jupyter_dl.kernel.job.work import CellWork, FunctionWork
 from jupyter_dl.kernel.options import options_from_python, python_doc, python_parameters
 from jupyter_dl.live import summary as summary_mod
 from jupyter_dl.wire.options import parse_duration
+from jupyter_dl.wire.spec import OUT_NAME
 
 
 class LiveViewSettings(Configurable):
@@ -216,7 +217,10 @@ def compare(ids, x="step"):
 
 def bind_results(result, namespace):
     """Put what rank 0 bound into the namespace; say which names could not come back. Those are removed from the
-    namespace: an older value left under the name would look like the job's result."""
+    namespace: an older value left under the name would look like the job's result. Returns the value of the cell's
+    last expression (None without one, or when it could not come back), for the cell to show as Out[n]."""
+    shown = result.values.pop(OUT_NAME, None)
+    result.problems.pop(OUT_NAME, None)  # a value that cannot travel is simply not shown
     namespace.update(result.values)
     for name in result.deleted:  # `del x` in the cell: gone here too, as in one process
         namespace.pop(name, None)
@@ -227,6 +231,7 @@ def bind_results(result, namespace):
             f"[jupyter-dl] '{name}' did not come back from the engines ({why}){removed if stale else ''}",
             file=sys.stderr,
         )
+    return shown
 
 
 def show(obj):

@@ -34,6 +34,7 @@ class CellNames:
     reads: set = field(default_factory=set)
     binds: list = field(default_factory=list)  # top-level bindings, in order of first appearance
     deletes: list = field(default_factory=list)  # top-level names the cell deletes (and does not bind again)
+    shows_last: bool = False  # the cell ends in an expression (no `;`): IPython would show its value as Out[n]
 
 
 class _NameCollector(ast.NodeVisitor):
@@ -200,7 +201,8 @@ def analyse(code: str, first_line: int = 1) -> CellNames:
     reads = {n for n in loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
     binds = [n for n in collector.top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
     deletes = [n for n in dict.fromkeys(collector.deleted) if n not in binds]
-    return CellNames(reads=reads, binds=binds, deletes=deletes)
+    shows_last = bool(tree.body) and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";")
+    return CellNames(reads=reads, binds=binds, deletes=deletes, shows_last=shows_last)
 
 
 def shippable_reads(names: CellNames, namespace: dict) -> list:

@@ -319,7 +319,7 @@ class DistributeMagics(Magics):
             raise CellCancelled(f"[jupyter-dl] {_cancelled_line(exc)}") from None
         except KeyboardInterrupt as exc:  # the stop button: the same one line, and still an interrupt
             raise JobInterrupted(_cancelled_line(exc)) from None
-        api.bind_results(result, self.shell.user_ns)
+        return api.bind_results(result, self.shell.user_ns)
 
 
 # What `%magic?` shows: each magic's parser's help, so usage is written once (in the parser).

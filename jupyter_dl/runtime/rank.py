@@ -6,6 +6,7 @@ failing rank from the peers that only failed because it left.
 """
 
 import _thread
+import ast
 import builtins
 import contextlib
 import importlib
@@ -29,7 +30,7 @@ from jupyter_dl.runtime.publish import engine_publisher
 from jupyter_dl.runtime.resources import ResourceSampler
 from jupyter_dl.runtime.stall_watch import StallWatch
 from jupyter_dl.wire import keras_objects, object_state, payload
-from jupyter_dl.wire.spec import RankSpec
+from jupyter_dl.wire.spec import OUT_NAME, RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
 _BLOBS: dict = {}  # name -> the blob it was built from
@@ -255,7 +256,15 @@ def _exec_cell(spec: RankSpec, namespace):
     """Run the cell's code in `namespace`, under a filename that tracebacks and the stall report recognise."""
     filename = f"<distribute-cell {spec.job_name}>"
     linecache.cache[filename] = (len(spec.code), None, spec.code.splitlines(True), filename)
-    exec(compile(spec.code, filename, "exec"), namespace)
+    if OUT_NAME not in spec.names_out:
+        exec(compile(spec.code, filename, "exec"), namespace)
+        return
+    # The cell ends in an expression: run the rest, then keep the expression's value, as IPython shows it.
+    tree = ast.parse(spec.code, filename)
+    last = tree.body.pop()
+    assert isinstance(last, ast.Expr)  # the kernel asked for OUT_NAME only then (kernel/cell.py)
+    exec(compile(tree, filename, "exec"), namespace)
+    namespace[OUT_NAME] = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
 
 
 def _trained_states(spec: RankSpec, namespace) -> dict:

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 from jupyter_dl.wire.options import RunOptions
 
+# The name a cell's last expression's value comes back under (from rank 0), for the cell to show it as Out[n].
+OUT_NAME = "_jdl_out"
+
 
 @dataclass
 class RankSpec:

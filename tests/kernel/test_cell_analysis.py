@@ -97,3 +97,9 @@ def test_a_deleted_name_is_read_first_and_gone_after():
     names = analyse("y = scratch * 2\ndel scratch\n")
     assert "scratch" in names.reads and names.deletes == ["scratch"] and names.binds == ["y"]
     assert analyse("del a\na = 1\n").deletes == []  # bound again: it comes back
+
+
+def test_a_cell_ending_in_an_expression_shows_it_unless_a_semicolon_says_not():
+    assert analyse("x = 1\nx + 1\n").shows_last
+    assert not analyse("x = 1\nx + 1;\n").shows_last
+    assert not analyse("x = 1\n").shows_last

@@ -219,3 +219,13 @@ def test_dl_jobs_lists_shows_logs_and_refuses_bad_ids(shell, capsys):
     assert "already succeeded" in capsys.readouterr().err
     run(shell, "%dl_jobs cancel nosuchjob")
     assert "no job 'nosuchjob'" in capsys.readouterr().err
+
+
+def test_a_cell_ending_in_an_expression_shows_its_value_as_one_process_would(shell, digits):
+    """`model.evaluate(x_test, y_test)` as the cell's last line: one process shows the list as Out[n]; so does the
+    distributed cell (rank 0's value). A trailing semicolon keeps it quiet, as IPython does."""
+    shell.user_ns.update(digits)
+    result = run(shell, "%%distribute -n 2\nx = 20\nx + 1\n")
+    assert result.success and result.result == 21 and "x" in shell.user_ns
+    quiet = run(shell, "%%distribute -n 2\nx + 1;\n")
+    assert quiet.success and quiet.result is None

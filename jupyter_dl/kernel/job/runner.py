@@ -35,6 +35,7 @@ from jupyter_dl.pool.choice import PoolChoice
 from jupyter_dl.pool.local import LocalPool
 from jupyter_dl.wire import object_state, payload, remote
 from jupyter_dl.wire.options import RunOptions
+from jupyter_dl.wire.spec import OUT_NAME
 
 
 class JobRunner(Configurable):
@@ -357,7 +358,7 @@ class JobRunner(Configurable):
         try:
             notes = self.results.save(
                 self.registry.store.job_dir(job.id),
-                values,
+                {name: value for name, value in values.items() if name != OUT_NAME},  # names the notebook binds
                 work.code,
                 job.options,
                 {**environment, "hosts": job.hosts},

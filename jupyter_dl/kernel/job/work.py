@@ -8,6 +8,7 @@ from jupyter_dl.errors import ShipError
 from jupyter_dl.jobs import Job
 from jupyter_dl.kernel import cell as cellmod
 from jupyter_dl.wire import datasets, keras_objects, payload
+from jupyter_dl.wire.spec import OUT_NAME
 
 
 @dataclass
@@ -81,7 +82,8 @@ def prepare(work) -> Shipment:
             values[name] = (fp, value)
     return Shipment(
         names_in=sorted(values),
-        names_out=names.binds,
+        # The last expression's value comes back under OUT_NAME, for the cell to show as one process does.
+        names_out=names.binds + ([OUT_NAME] if names.shows_last else []),
         values=values,
         keras_registrations=keras_objects.registrations({name: work.namespace[name] for name in reads}),
         deletes=names.deletes,
