@@ -5,6 +5,7 @@ each namespace. Everything the test creates is removed afterwards, also on failu
 
 import os
 import re
+import socket
 import time
 
 import netns
@@ -26,12 +27,13 @@ def two_hosts(tmp_path_factory):
             log_level=40,
             cluster_id=f"jdl-multihost-{os.getpid()}",
         )
-        engines = []
+        engines = _RUNNING.setdefault("engines", [])
         try:
             cluster.start_controller_sync()
             engine_file = os.path.join(
                 cluster.profile_dir, "security", f"ipcontroller-{cluster.cluster_id}-engine.json"
             )
+            _RUNNING.update(engine_file=engine_file, logs=logs, connect=cluster.connect_client_sync)
             for namespace, hostname, *_ in HOSTS:
                 engines += netns.start_engines(namespace, hostname, engine_file, 2, logs)
             client = cluster.connect_client_sync()
@@ -43,7 +45,32 @@ def two_hosts(tmp_path_factory):
                 engine.kill()
             for engine in engines:
                 engine.wait(10)
+            engines.clear()
             cluster.stop_cluster_sync()
+
+
+_RUNNING: dict = {}  # what two_hosts started: engine processes, the engine connection file, the logs
+
+
+def _fresh_engines_on(index, timeout=120):
+    """Two new engines on HOSTS[index], once the controller has let go of the ones a lost link left dead, so the
+    next test finds 4 engines that answer."""
+    namespace, hostname, *_ = HOSTS[index]
+    _RUNNING["engines"] += netns.start_engines(namespace, hostname, _RUNNING["engine_file"], 2, _RUNNING["logs"])
+    client = _RUNNING["connect"]()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                hosts = client[:].apply_sync(socket.gethostname) if len(client.ids) == 4 else []
+            except Exception:  # a dead engine not yet dropped by the controller
+                hosts = []
+            if sorted(hosts) == sorted(h for _, h, *_ in HOSTS for _ in range(2)):
+                return
+            assert time.monotonic() < deadline, f"host {hostname}'s new engines did not take over: {client.ids}"
+            time.sleep(0.5)
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -281,6 +308,7 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
     finally:
         cutter.join(1)
         netns.set_link(1, up=True)
+        _fresh_engines_on(1)  # host b's engines were lost with the link: the next test gets new ones
 
 
 def _hostname_and_size():
