@@ -68,6 +68,9 @@ class Rendezvous:
                 "JDL_TF_RANK": str(rank),
                 "JDL_TF_REUSE": "1" if reuse else "0",
                 "JDL_TF_REGISTER_S": str(self._timeout_s),
+                # A peer that stops answering counts as gone after a heartbeat, or sooner when the collective
+                # timeout is shorter (c.JobRunner.collective_timeout, as gloo's bounds Horovod's wait).
+                "JDL_TF_HEARTBEAT_S": str(min(HEARTBEAT_S, self._timeout_s)),
             }
             for rank in range(size)
         ]
@@ -132,7 +135,7 @@ def init(environment: dict) -> bool:
         int(environment["JDL_TF_RANK"]),
         len(addresses),
         addresses,
-        heartbeat_s=HEARTBEAT_S,
+        heartbeat_s=float(environment.get("JDL_TF_HEARTBEAT_S", HEARTBEAT_S)),
         register_s=float(environment.get("JDL_TF_REGISTER_S", 120)),
         reuse=environment.get("JDL_TF_REUSE") == "1",
     )
