@@ -17,6 +17,7 @@ NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
 # Seconds without a heartbeat before a rank counts as gone and every rank's collectives are aborted.
 HEARTBEAT_S = 10.0
+REGISTER_MIN_S = 60.0  # seconds every rank may take to join a new group
 
 
 def check_installed():
@@ -67,7 +68,9 @@ class Rendezvous:
                 "JDL_TF_ADDRESSES": ",".join(addresses),
                 "JDL_TF_RANK": str(rank),
                 "JDL_TF_REUSE": "1" if reuse else "0",
-                "JDL_TF_REGISTER_S": str(self._timeout_s),
+                # Forming a group waits for every rank, a fresh engine still importing TensorFlow included: not
+                # less than a minute, however short the collective timeout.
+                "JDL_TF_REGISTER_S": str(max(self._timeout_s, REGISTER_MIN_S)),
                 # A peer that stops answering counts as gone after a heartbeat, or sooner when the collective
                 # timeout is shorter (c.JobRunner.collective_timeout, as gloo's bounds Horovod's wait).
                 "JDL_TF_HEARTBEAT_S": str(min(HEARTBEAT_S, self._timeout_s)),
