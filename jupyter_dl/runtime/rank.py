@@ -170,7 +170,7 @@ def run(spec: RankSpec) -> dict:
                 _exec_cell(spec, namespace)
                 result = None
                 if spec.rank == 0:  # a policy the cell set goes back to the notebook, as in one process
-                    outcome["dtype_policy"] = _dtype_policy_name()
+                    outcome["dtype_policy"] = keras_objects.global_dtype_policy()
             else:  # called here, not in a helper: a function's traceback starts at this frame, as before
                 with keras_objects.quiet_rebuild():  # a model among the arguments is rebuilt here, as in a cell
                     fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
@@ -232,11 +232,6 @@ def _dtype_policy(name):
         yield
     finally:
         keras.config.set_dtype_policy(kept)
-
-
-def _dtype_policy_name():
-    keras = sys.modules.get("keras")
-    return keras.config.dtype_policy().name if keras is not None else None
 
 
 def _hooks_for(spec: RankSpec):

@@ -265,6 +265,12 @@ def _names_in_config(value):
     return names
 
 
+def global_dtype_policy() -> str | None:
+    """Keras' global dtype policy in this process, when Keras is loaded here (not imported for this)."""
+    keras = sys.modules.get("keras")
+    return keras.config.dtype_policy().name if keras is not None else None
+
+
 def registrations(values: dict) -> dict:
     """{name: 'package>Name'} for the values (classes, or objects of classes) that `register_keras_serializable`
     registered under a name of their own. A class sent by value is a new class on the engine, which the decorator

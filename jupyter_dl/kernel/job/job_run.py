@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_dl.kernel.cell import numbered_from
 from jupyter_dl.kernel.job.work import CellWork, FunctionWork
+from jupyter_dl.wire import keras_objects
 from jupyter_dl.wire.spec import RankSpec
 
 if TYPE_CHECKING:  # annotations only: the live view's state imports nothing heavy, but keep this module light
@@ -88,5 +89,4 @@ class JobRun:
 
 def notebook_dtype_policy() -> str | None:
     """The kernel's global Keras dtype policy, when Keras is loaded here (not imported for this)."""
-    keras = sys.modules.get("keras")
-    return keras.config.dtype_policy().name if keras is not None else None
+    return keras_objects.global_dtype_policy()
