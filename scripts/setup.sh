@@ -17,7 +17,8 @@ CACHE=${JUPYTER_DL_CACHE:-$HOME/.cache/jupyter-dl}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # chromium: the browser tests drive a real JupyterLab page with Playwright (its own browser download is blocked).
-# slurm-wlm and munge: tests/cluster/test_slurm.py runs a real single-node Slurm for the ipyparallel Slurm launcher.
+# slurm-wlm and munge: tests/cluster/test_slurm.py runs a real single-node Slurm for the ipyparallel Slurm launcher,
+# tests/cluster/test_slurm_nodes.py a multi-node one (slurmctld and slurmds in network namespaces, below).
 # openssh-server, openssh-client, iproute2, util-linux: tests/cluster/test_multi_host*.py run sshd and engines inside network
 # namespaces (ip netns, unshare). Every package a test needs is here, so a fresh machine skips nothing
 # (tests/conftest.py fails a run with any other skip).

@@ -90,6 +90,9 @@ class Rendezvous:
         self._timeout_s = timeout_s
         self._slot_environments = [create_slot_env_vars(slot) for slot in plan]
 
+    # gloo sees a dead peer's closed connection at once; its collective timeout bounds the rest (a lost host).
+    peer_loss_s = 0.0
+
     def environments(self, address, interfaces):
         """Each rank's environment (what horovodrun would set): the server's address, and the rank's own interface
         for gloo, which may be named differently on every host."""

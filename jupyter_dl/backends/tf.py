@@ -51,6 +51,12 @@ class Rendezvous:
         self._timeout_s = timeout_s
         self._client, self._ids = client, list(ids)
 
+    @property
+    def peer_loss_s(self) -> float:
+        """Seconds before the other ranks see that a rank is gone (its heartbeats stop): an elastic job's
+        survivors are left that long to leave on their own before they are killed."""
+        return min(HEARTBEAT_S, self._timeout_s)
+
     def environments(self, address, interfaces):
         from jupyter_dl.wire import remote
 

@@ -99,9 +99,10 @@ class EngineCluster(Configurable):
     def default_size(self) -> int:
         return self.default_engines or len(gpus.discover()) or 2
 
-    def start(self, n=None, gpu_spec="all", engines=None, progress=None) -> ClusterStatus:
+    def start(self, n=None, gpu_spec="all", engines=None, progress=None, wait_for=None) -> ClusterStatus:
         """Start a cluster of our own: local engines, one per rank, each pinned to one GPU where GPUs exist; or
-        engines from a scheduler through ipyparallel's launcher of that name."""
+        engines from a scheduler through ipyparallel's launcher of that name. Returns once all have registered, or
+        `wait_for` of them (an elastic job starts with what it can have; the others register meanwhile)."""
         self._require_none_in_use()
         engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
         devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
@@ -115,7 +116,7 @@ class EngineCluster(Configurable):
         try:
             self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
-            self._wait_for(n, progress)
+            self._wait_for(min(n, wait_for or n), progress)
             self.describe(self.engine_ids())  # also starts each engine importing TensorFlow and Horovod
         except BaseException:
             self.stop()  # also withdraws the scheduler request
@@ -268,8 +269,23 @@ class EngineCluster(Configurable):
             self._grow(n, have, progress)
         return self.client
 
-    def _start_embedded(self, n, progress):
-        status = self.start(n=max(n, self.default_size()), progress=progress)
+    def ensure_at_least(self, low, high, progress=None):
+        """An elastic job's engines: start (or grow) toward `high` where this cluster starts its own CPU engines,
+        and return once `low` are live; the rest register while the job runs, and it grows into them. A connected
+        cluster, or one engine per GPU, is used as it is."""
+        if self.client is not None and self.owned and not self._controller_running():
+            self._forget_stopped_cluster()
+        if self.client is None:
+            self._start_embedded(high, progress, wait_for=low)
+        elif self.owned and self._launcher == "local" and not gpus.discover() and self._expected < high:
+            self._start_engines(high - self._expected)
+        have = len(self.engine_ids())
+        if have < low:
+            self._grow(low, have, progress)
+        return self.client
+
+    def _start_embedded(self, n, progress, wait_for=None):
+        status = self.start(n=max(n, self.default_size()), progress=progress, wait_for=wait_for)
         where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
         devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
         print(

@@ -34,6 +34,8 @@ class Job:
     progress: dict = field(default_factory=dict)  # epoch, epochs, step, steps, fraction, samples_per_s, eta_s
     timings: dict = field(default_factory=dict)
     restarts: list = field(default_factory=list)  # one {"attempt", "reason", "t"} per restart after a failure
+    # An elastic job's groups: one {"t", "n", "reason"} each, the first ("started") included.
+    membership: list = field(default_factory=list)
 
     def __post_init__(self):
         self.timestamps.setdefault(self.state, self.created)

@@ -94,7 +94,7 @@ def annotations(state) -> list:
             yref="paper",
             yanchor="bottom",
             showarrow=False,
-            text=f"restart {r['attempt']}",
+            text=r.get("label") or f"restart {r['attempt']}",
             hovertext=r["reason"],
             font=dict(size=11, color=RESTART_COLOR),
         )

@@ -77,7 +77,9 @@ class TrainingState:
             elif kind == "end":
                 self.ended_ranks.add(record.get("rank", 0))
             elif kind == "restart":
-                self.restarted(record.get("attempt", len(self.restarts) + 1), record.get("reason", ""))
+                self.restarted(
+                    record.get("attempt", len(self.restarts) + 1), record.get("reason", ""), record.get("label")
+                )
 
     def _begin(self, record):
         if self._pending_restart is not None:
@@ -155,10 +157,11 @@ class TrainingState:
                 self.global_step, value, record.get("t", 0.0)
             )
 
-    def restarted(self, attempt, reason):
-        """The job restarts after a failure. Its next run begins at the epoch its checkpoint reached: what was
-        drawn after that is dropped (it is trained again), and the restart is marked where the new run begins."""
-        self._pending_restart = {"attempt": attempt, "reason": reason}
+    def restarted(self, attempt, reason, label=None):
+        """The job restarts after a failure, or an elastic job goes on with another group (label: "4 ranks"). Its
+        next run begins at the epoch its checkpoint (commit) reached: what was drawn after that is dropped (it is
+        trained again), and the restart is marked where the new run begins."""
+        self._pending_restart = {"attempt": attempt, "reason": reason, "label": label or f"restart {attempt}"}
         self.ended_ranks.clear()
         self._rate_window = []
 

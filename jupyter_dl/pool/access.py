@@ -6,8 +6,10 @@ from jupyter_dl.pool.gang import PoolError
 
 
 class PoolAccess:
-    """What a job's lease needs from a pool, the service's or the embedded one: submit, ticket, heartbeat, release
-    (each returning the ticket as a dict with its queue position), and waiting for a grant built on them."""
+    """What a job's lease needs from a pool, the service's or the embedded one: submit (with `min_gpus` for an
+    elastic job), ticket, heartbeat, release, resize (an elastic job keeps only the GPUs it names; each returning
+    the ticket as a dict with its queue position, devices and any shrink request), and waiting for a grant built
+    on them."""
 
     def wait_granted(self, ticket_id, owner="", on_wait=None, poll=1.0, timeout=None):
         """Block until the ticket is granted (heartbeating meanwhile); on_wait(ticket) is called on each poll."""
@@ -27,3 +29,19 @@ class PoolAccess:
             if owner:
                 self.heartbeat(owner)
             time.sleep(poll)
+
+    # Each pool implements these (the hub service's client and the embedded pool).
+    def submit(self, gpus, job="", owner="", allowed=(), min_gpus=None) -> dict:
+        raise NotImplementedError
+
+    def ticket(self, ticket_id) -> dict:
+        raise NotImplementedError
+
+    def heartbeat(self, owner) -> dict:
+        raise NotImplementedError
+
+    def release(self, ticket_id) -> dict:
+        raise NotImplementedError
+
+    def resize(self, ticket_id, keep_devices) -> dict:
+        raise NotImplementedError

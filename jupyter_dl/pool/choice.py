@@ -25,16 +25,18 @@ class PoolChoice:
             return self.local_pool, f"embedded ({self.local_pool.path()})"
         return None, ""
 
-    def lease(self, job, n, stderr, kind=None):
-        """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool."""
+    def lease(self, job, n, stderr, kind=None, min_n=None):
+        """The job's GPUs, one per rank, held for as long as it runs; nothing to hold without a pool. With `min_n`
+        the job is elastic: it starts on `min_n` and the lease follows its GPUs between `min_n` and `n`."""
         from jupyter_dl.pool.lease import PoolLease
 
         pool, _ = self.active()
         if pool is None or kind == "cpu":  # a plan for CPU ranks needs no GPU
             return contextlib.nullcontext()
         if pool is not self.local_pool:
-            return PoolLease(pool, n, job, job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}", stderr)
-        return PoolLease(pool, n, job, pool.owner, stderr, allowed=self._engine_gpus(n, kind))
+            owner = job.kernel_id or f"{job.kernel_host}:{job.kernel_pid}"
+            return PoolLease(pool, n, job, owner, stderr, min_gpus=min_n)
+        return PoolLease(pool, n, job, pool.owner, stderr, allowed=self._engine_gpus(n, kind), min_gpus=min_n)
 
     def _engine_gpus(self, n, kind):
         """(host, GPU) pairs this kernel's engines are pinned to, of the plan's kind when a recommendation chose one:

@@ -29,10 +29,11 @@ class PoolClient(PoolAccess):
             raise PoolError(f"pool: {data.get('message') or response.reason} (HTTP {response.status_code})")
         return data
 
-    def submit(self, gpus, job="", owner="", allowed=()):
-        return self._call(
-            "POST", "api/tickets", {"gpus": gpus, "job": job, "owner": owner, "allowed": [list(d) for d in allowed]}
-        )
+    def submit(self, gpus, job="", owner="", allowed=(), min_gpus=None):
+        body = {"gpus": gpus, "job": job, "owner": owner, "allowed": [list(d) for d in allowed]}
+        if min_gpus is not None:  # only elastic requests carry it
+            body["min_gpus"] = min_gpus
+        return self._call("POST", "api/tickets", body)
 
     def ticket(self, ticket_id):
         return self._call("GET", f"api/tickets/{ticket_id}")
@@ -42,6 +43,9 @@ class PoolClient(PoolAccess):
 
     def release(self, ticket_id):
         return self._call("DELETE", f"api/tickets/{ticket_id}")
+
+    def resize(self, ticket_id, keep_devices):
+        return self._call("POST", f"api/tickets/{ticket_id}/resize", {"keep": [list(d) for d in keep_devices]})
 
     def heartbeat(self, owner):
         return self._call("POST", "api/heartbeat", {"owner": owner})

@@ -63,6 +63,11 @@ class LocalPool(Configurable, PoolAccess):
         3600.0,
         help="Seconds a job may wait while smaller jobs start ahead of it; after that, freed GPUs are kept for it.",
     ).tag(config=True)
+    shrink_grace = Float(
+        60.0,
+        help="Seconds an elastic job may take to give back GPUs another job waits for; one that takes longer keeps "
+        "what it holds (its ranks run on them) but borrows no more GPUs for the rest of its run.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -95,7 +100,13 @@ class LocalPool(Configurable, PoolAccess):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name(path.name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            pool = GangPool.load(self.inventory, self._read(path), reserve_after=self.reserve_after, clock=time.time)
+            pool = GangPool.load(
+                self.inventory,
+                self._read(path),
+                reserve_after=self.reserve_after,
+                shrink_grace=self.shrink_grace,
+                clock=time.time,
+            )
             for owner in {t.owner for t in pool.tickets.values() if t.state in ("queued", "granted")}:
                 if not _alive(owner):
                     pool.drop_owner(owner)
@@ -128,9 +139,9 @@ class LocalPool(Configurable, PoolAccess):
         return json.loads(json.dumps(pool.view(ticket)))
 
     # The same calls as PoolClient. The owner is always this process: liveness is judged by it, not by heartbeats.
-    def submit(self, gpus, job="", owner="", allowed=()):
+    def submit(self, gpus, job="", owner="", allowed=(), min_gpus=None):
         with self._locked() as (pool, mine):
-            ticket = pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed)
+            ticket = pool.submit(self.user, gpus, job=job, owner=self.owner, allowed=allowed, min_gpus=min_gpus)
             mine.add(ticket.id)
             return self._json(pool, ticket)
 
@@ -148,6 +159,10 @@ class LocalPool(Configurable, PoolAccess):
             ticket = pool.release(ticket_id, self.user)
             mine.discard(ticket_id)
             return self._json(pool, ticket)
+
+    def resize(self, ticket_id, keep_devices):
+        with self._locked() as (pool, _):
+            return self._json(pool, pool.resize(ticket_id, self.user, keep_devices))
 
     def heartbeat(self, owner=""):
         return {"ok": True}

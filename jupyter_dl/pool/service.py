@@ -63,6 +63,14 @@ class PoolHandler(web.RequestHandler):
     def ticket_json(self, ticket):
         return self.pool.view(ticket)
 
+    def devices(self, body, key):
+        devices = body.get(key) or []
+        if not isinstance(devices, list) or not all(
+            isinstance(d, list) and len(d) == 2 and isinstance(d[1], int) for d in devices
+        ):
+            raise web.HTTPError(400, f"{key} must be a list of [host, gpu index] pairs")
+        return [(str(host), gpu) for host, gpu in devices]
+
 
 class TicketsHandler(PoolHandler):
     @web.authenticated
@@ -75,16 +83,18 @@ class TicketsHandler(PoolHandler):
         gpus = body.get("gpus")
         if not isinstance(gpus, int):
             raise web.HTTPError(400, "gpus must be a whole number")
-        allowed = body.get("allowed") or []
-        if not all(isinstance(d, list) and len(d) == 2 and isinstance(d[1], int) for d in allowed):
-            raise web.HTTPError(400, "allowed must be a list of [host, gpu index] pairs")
+        allowed = self.devices(body, "allowed")
+        min_gpus = body.get("min_gpus")
+        if min_gpus is not None and not isinstance(min_gpus, int):
+            raise web.HTTPError(400, "min_gpus must be a whole number, or left out for a fixed-size job")
         ticket = self.pool.submit(
             self.user,
             gpus,
             priority=self.priorities.get(self.user, 0),
             job=str(body.get("job", "")),
             owner=str(body.get("owner", "")),
-            allowed=[(str(host), gpu) for host, gpu in allowed],
+            allowed=allowed,
+            min_gpus=min_gpus,
         )
         self.reply(self.ticket_json(ticket), 201)
 
@@ -98,6 +108,15 @@ class TicketHandler(PoolHandler):
     @web.authenticated
     def delete(self, ticket_id):
         ticket = self.pool.release(ticket_id, self.user, self.is_admin)
+        self.reply(self.ticket_json(ticket))
+
+
+class ResizeHandler(PoolHandler):
+    """An elastic job keeps only the GPUs it names; the same ownership rule as releasing it."""
+
+    @web.authenticated
+    def post(self, ticket_id):
+        ticket = self.pool.resize(ticket_id, self.user, self.devices(self.body(), "keep"), self.is_admin)
         self.reply(self.ticket_json(ticket))
 
 
@@ -140,6 +159,12 @@ class PoolService(Application):
     reserve_after = Float(3600.0, help="Seconds a blocked job waits before freed GPUs are kept for it.").tag(
         config=True
     )
+    shrink_grace = Float(
+        60.0,
+        help="Seconds an elastic job may take to give back GPUs another job waits for. The pool keeps asking and "
+        "never takes them back itself (the job's ranks still run on them); one that takes longer borrows no more "
+        "GPUs for the rest of its run, and an admin may end it.",
+    ).tag(config=True)
 
     aliases = {
         "port": "PoolService.port",
@@ -148,6 +173,7 @@ class PoolService(Application):
         "max-jobs": "PoolService.max_jobs",
         "lease-ttl": "PoolService.lease_ttl",
         "reserve-after": "PoolService.reserve_after",
+        "shrink-grace": "PoolService.shrink_grace",
     }
 
     def inventory(self):
@@ -166,7 +192,14 @@ class PoolService(Application):
     def make_pool(self):
         limit = Quota(self.max_gpus or None, self.max_jobs or None)
         quotas = {user: Quota(q.get("max_gpus"), q.get("max_jobs")) for user, q in self.quotas.items()}
-        return GangPool(self.inventory(), quotas, limit, lease_ttl=self.lease_ttl, reserve_after=self.reserve_after)
+        return GangPool(
+            self.inventory(),
+            quotas,
+            limit,
+            lease_ttl=self.lease_ttl,
+            reserve_after=self.reserve_after,
+            shrink_grace=self.shrink_grace,
+        )
 
     def make_app(self, pool):
         from jupyterhub.services.auth import HubAuthenticated
@@ -177,6 +210,7 @@ class PoolService(Application):
         routes = [
             ("api/tickets", TicketsHandler),
             (r"api/tickets/([^/]+)", TicketHandler),
+            (r"api/tickets/([^/]+)/resize", ResizeHandler),
             ("api/heartbeat", HeartbeatHandler),
             ("api/pool", SummaryHandler),
         ]
@@ -197,7 +231,7 @@ class PoolService(Application):
         self.log.info(
             "jupyter-dl-pool: %d GPUs on %d hosts, listening on 127.0.0.1:%d", pool.size, len(pool.inventory), port
         )
-        ioloop.PeriodicCallback(pool.expire, 5000).start()
+        ioloop.PeriodicCallback(pool.tick, 5000).start()
         ioloop.IOLoop.current().start()
 
 

@@ -50,12 +50,15 @@ def _saving_functions():
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
-    def __init__(self, rank: int, size: int, options: RunOptions, attempt: int = 0, balance: bool = False):
+    def __init__(
+        self, rank: int, size: int, options: RunOptions, attempt: int = 0, balance: bool = False, elastic=None
+    ):
         self.rank = rank
         self.size = size
         self.options = options  # the job's options, as the user gave them (wire/options.py)
         self.attempt = attempt  # 0 for a job's first run, then one more per restart
         self.balance = balance  # measure rank speeds at fit start and split the global batch by them
+        self.elastic = elastic  # an elastic job's (job id, board URL, segment): commits in memory (elastic.py)
         self.updates = DistributedUpdates(lr_scale_factor(options.lr_scale, size) * options.lr_multiplier, rank)
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
@@ -149,20 +152,23 @@ class KerasHooks:
         checkpoint, resume = self._checkpoint_for_this_fit()
         if resume is not None:
             kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
-            if self.rank == 0:
+            if self.rank == 0 and self.elastic is None:  # an elastic job's kernel says where it resumes
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
         callbacks = list(kwargs.get("callbacks") or [])
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
+        kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
         if self.rank != 0:
-            callbacks = [
-                cb for cb in callbacks if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)
-            ]
+            kept = [(i, cb) for i, cb in kept if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]
+            callbacks = [cb for _, cb in kept]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
-        kwargs["callbacks"] = extra + callbacks + [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
+        last = [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
+        if self.elastic is not None:  # after the user's callbacks: a commit holds what they did with the epoch
+            last.append(self._commit_callback(model, kwargs, checkpoint, resume, kept))
+        kwargs["callbacks"] = extra + callbacks + last
         with lr_callbacks.in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
             history = self._orig_fit(model, x, y, *args, **kwargs)
         # Rank 0's callbacks may still be writing (ModelCheckpoint's best model): no rank goes on, perhaps to read
@@ -170,7 +176,7 @@ class KerasHooks:
         backend().broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
-        if checkpoint is not None and self.rank == 0:
+        if checkpoint is not None and (self.rank == 0 or self.elastic is not None):  # elastic: every rank's own
             checkpoint.mark_complete()
         return history
 
@@ -188,7 +194,7 @@ class KerasHooks:
                 self._validation_share,
             )
         ]
-        if checkpoint is not None:
+        if checkpoint is not None and self.elastic is None:
             ours.append(_make_checkpoint_callback(self._keras, model, checkpoint, resume, self.rank))
         if self.options.stream_metrics:
             from jupyter_dl.runtime.metrics_callback import LiveMetrics
@@ -266,19 +272,33 @@ class KerasHooks:
             )
         return x, y, kwargs
 
+    def _commit_callback(self, model, kwargs, checkpoint, resume, kept):
+        from jupyter_dl.runtime import elastic
+
+        _, board, _ = self.elastic
+        return elastic.commit_callback(
+            self._keras, model, checkpoint, resume, kept, board, self.rank, kwargs.get("epochs", 1)
+        )
+
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
-        if not self.options.checkpoint_dir:
+        if not self.options.checkpoint_dir and self.elastic is None:
             return None, None
-        from jupyter_dl.runtime.checkpoints import FitCheckpoint
-
         index = self._fits
         self._fits += 1
-        checkpoint = FitCheckpoint(self.options.checkpoint_dir, index)
+        if self.elastic is not None:
+            from jupyter_dl.runtime.elastic import MemoryCommits
+
+            job_id, _, segment = self.elastic
+            checkpoint, again = MemoryCommits(job_id, index, self.updates), segment > 0
+        else:
+            from jupyter_dl.runtime.checkpoints import FitCheckpoint
+
+            checkpoint, again = FitCheckpoint(self.options.checkpoint_dir, index), self.attempt > 0
         found = None
         if self.rank == 0:
             # A restart of this job also restores fits it had finished; a new run only resumes an unfinished one.
-            hit = checkpoint.find(include_complete=self.attempt > 0)
+            hit = checkpoint.find(include_complete=again)
             found = {"path": hit[0], "meta": hit[1]} if hit else None
         # Every rank must start at the same epoch, or one would wait forever for the others' last allreduce.
         return checkpoint, backend().broadcast_object(found, name=f"jdl.ckpt.{index}")

@@ -22,7 +22,7 @@ import traceback
 
 from jupyter_dl.backends import named, tf_ops
 from jupyter_dl.host.processes import pid_running
-from jupyter_dl.runtime import divergence, job_backend
+from jupyter_dl.runtime import divergence, elastic, job_backend
 from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.native_stderr import NativeStderr
 from jupyter_dl.runtime.probe import ProbeDone
@@ -148,6 +148,7 @@ def run(spec: RankSpec) -> dict:
         finally:
             signal.signal(signal.SIGINT, setup_handler)
         timings["init_s"] = time.perf_counter() - t0
+        elastic.forget_other_jobs(spec.job_id)
         keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
         os.environ.update(spec.secret_values)  # for this job only; removed below
         _follow_the_notebook(spec.kernel_cwd, spec.kernel_sys_path)
@@ -187,6 +188,8 @@ def run(spec: RankSpec) -> dict:
         timings["pack_s"] = time.perf_counter() - t2
     except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
         outcome["probe"] = done.payload
+    except elastic.MembershipChange as change:  # every rank left at the same commit point; the kernel goes on
+        outcome["membership_change"] = change.reason
     except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
         # The kernel repeats its interrupt until every rank has stopped; from here on it must not cut our cleanup.
         previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -244,7 +247,14 @@ def _hooks_for(spec: RankSpec):
         return None
     from jupyter_dl.runtime.keras_hooks import KerasHooks
 
-    return KerasHooks(spec.rank, spec.size, spec.options, attempt=spec.attempt, balance=spec.balance_batches)
+    return KerasHooks(
+        spec.rank,
+        spec.size,
+        spec.options,
+        attempt=spec.attempt,
+        balance=spec.balance_batches,
+        elastic=(spec.job_id, spec.elastic_board, spec.segment) if spec.elastic_board else None,
+    )
 
 
 def _exec_cell(spec: RankSpec, namespace):

@@ -85,7 +85,22 @@ seconds_or_off = number(float, "seconds (0 turns it off)", 0)
 
 
 def _ranks(text):
-    return "auto" if text == "auto" else positive_int(text)
+    if text == "auto":
+        return "auto"
+    if ":" in text:  # MIN:MAX, an elastic job
+        low, _, high = text.partition(":")
+        return (positive_int(low), positive_int(high))
+    return positive_int(text)
+
+
+def _ranks_from_python(value):
+    """distribute(n=...) takes 4, "auto", "2:8" or (2, 8)."""
+    if isinstance(value, str) and value != "auto":
+        try:
+            return _ranks(value)
+        except argparse.ArgumentTypeError:
+            return value  # validate() names what is wrong
+    return tuple(value) if isinstance(value, list) else value
 
 
 def duration(text):
@@ -104,6 +119,12 @@ def _whole(value) -> bool:
 
 
 def _check_ranks(value):
+    if isinstance(value, tuple):
+        if len(value) != 2 or not all(_whole(v) and v >= 1 for v in value):
+            return "MIN:MAX must be two positive numbers of ranks, e.g. 2:8"
+        if value[0] > value[1]:
+            return f"MIN:MAX needs MIN <= MAX (got {value[0]}:{value[1]}); e.g. -n 2:8"
+        return None
     if value is not None and value != "auto" and not (_whole(value) and value >= 1):
         return "must be a positive number of ranks"
     return None
@@ -121,12 +142,15 @@ def _positive_or_none(text):
 # ------------------------------------------------------------------------------------------------ the options
 @dataclass
 class RunOptions:
-    n: int | str | None = option(
+    n: int | str | tuple | None = option(
         None,
         "-n",
         parse=_ranks,
         check=_check_ranks,
-        help="number of ranks (default: all engines); auto: the recommended number (see --recommend)",
+        from_python=_ranks_from_python,
+        metavar="N|MIN:MAX|auto",
+        help="number of ranks (default: all engines); MIN:MAX: an elastic job that starts with MIN, grows into "
+        "engines that come free and survives lost ranks; auto: the recommended number (see --recommend)",
     )
     recommend: bool = option(
         False,
@@ -221,6 +245,11 @@ class RunOptions:
     lr_multiplier: float = 1.0  # learning-rate factor for that batch change
     device_kind: str | None = None  # only engines of this kind ("cpu", "gpu:<name>") take ranks
     pooled: bool = True  # take the job's GPUs from the pool; off only for jupyter-dl's own brief measurements
+    elastic_min: int | None = None  # -n MIN:MAX: MIN here, MAX in n (set by validate)
+
+    @property
+    def elastic(self) -> bool:
+        return self.elastic_min is not None
 
     def validate(self) -> "RunOptions":
         if self.n == "auto":
@@ -233,6 +262,9 @@ class RunOptions:
             if wrong:
                 shown = "" if "got " in wrong else f" (got {value!r})"  # a check may name the wrong part itself
                 raise UsageError(f"{flag.label(name)} {wrong}{shown}")
+        if isinstance(self.n, tuple):
+            low, high = self.n
+            self.n, self.elastic_min = high, (low if low < high else None)  # 4:4 is a fixed -n 4
         self._check_together()
         if self.checkpoint_dir:
             # Engines may run in another working directory: they get an absolute path.
@@ -249,10 +281,26 @@ class RunOptions:
                 "--restarts needs --checkpoint-dir DIR: rank 0 saves a checkpoint there every epoch "
                 "and a restart resumes from it"
             )
+        if self.elastic:
+            self._check_elastic()
         if self.checkpoint_dir and self.manual:
             raise UsageError(
                 "--checkpoint-dir works through the Keras interception, which --manual turns off; "
                 "save and load checkpoints yourself in a --manual cell"
+            )
+
+    def _check_elastic(self):
+        n = f"-n {self.elastic_min}:{self.n}"
+        if self.manual:
+            raise UsageError(
+                f"{n} (elastic) works through the Keras interception, which --manual turns off; use -n {self.n}"
+            )
+        if self.recommend:
+            raise UsageError(f"{n} (elastic) and --recommend both choose the number of ranks; pick one")
+        if self.restarts or self.checkpoint_dir:
+            raise UsageError(
+                f"{n} (elastic) keeps its commits in the engines' memory and survives lost ranks by itself; "
+                "drop --restarts and --checkpoint-dir, or use a fixed -n"
             )
 
 

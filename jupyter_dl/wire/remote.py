@@ -21,6 +21,7 @@ class EngineFunction:
 RUN_RANK = EngineFunction("jupyter_dl.runtime.rank", "run")  # one rank of one job: RankSpec -> outcome dict
 MANIFEST = EngineFunction("jupyter_dl.runtime.rank", "manifest")  # names an engine holds, with fingerprints
 RECEIVE = EngineFunction("jupyter_dl.runtime.rank", "receive")  # shipped values into the engine's store
+PRELOADED = EngineFunction("jupyter_dl.runtime.rank", "preloaded")  # TensorFlow (and Horovod) imported yet?
 DESCRIBE = EngineFunction("jupyter_dl.runtime.rank", "describe")  # hostname, pid; ends with its kernel if owned
 DEVICE_KIND = EngineFunction("jupyter_dl.runtime.probe", "device_kind")  # 'cpu' or 'gpu:<name>'
 PROFILE = EngineFunction("jupyter_dl.runtime.probe", "profile")  # a cell's fit timed at a few batch sizes

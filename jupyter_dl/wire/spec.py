@@ -41,3 +41,8 @@ class RankSpec:
     # sys.path.append in an earlier cell hold on the ranks too (where the directories exist on their host).
     kernel_cwd: str = ""
     kernel_sys_path: list = field(default_factory=list)
+    job_id: str = ""
+    # An elastic job (-n MIN:MAX): where rank 0 reads the kernel's membership requests, and which run of the cell on
+    # a group this is (0 the first; later ones resume each fit from the commits in the survivors' memory).
+    elastic_board: str = ""
+    segment: int = 0

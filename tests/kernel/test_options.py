@@ -211,7 +211,7 @@ def test_everything_at_once(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- refused on the line
-USAGE = "Usage: %%distribute [-n N]"
+USAGE = "Usage: %%distribute [-n N|MIN:MAX|auto]"
 
 
 @pytest.mark.parametrize(

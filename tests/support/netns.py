@@ -2,9 +2,9 @@
 on a private bridge, with interface names that are not eth0 (and differ between the hosts). The kernel (the test
 process) stays in the root namespace, on the bridge's address.
 
-Shared by tests/cluster/test_multi_host*.py and bench/multi_host.py. Everything made here is removed by
-`teardown()`: every process left in the namespaces, the namespaces, their /etc/netns files, the veths, the bridge
-and the CPU cgroup.
+Shared by tests/cluster/test_multi_host*.py, bench/multi_host.py and tests/support/slurm_nodes.py (with a third,
+head host). Everything made here is removed by `teardown()`: every process left in the namespaces, the namespaces,
+their /etc/netns files, the veths, the bridge and the CPU cgroup.
 """
 
 import contextlib
@@ -20,6 +20,10 @@ HOSTS = [  # namespace, hostname, interface name inside, address
     ("jdl-ns-a", "jdl-host-a", "ens5", "10.77.0.2"),
     ("jdl-ns-b", "jdl-host-b", "enp3s0", "10.77.0.3"),
 ]
+# A third host for a service the others share (Slurm's controller, tests/support/slurm_nodes.py); made only when
+# asked for, and always torn down (a killed run may have left it).
+HEAD = ("jdl-ns-head", "jdl-head", "ens6", "10.77.0.4")
+ALL_HOSTS = [*HOSTS, HEAD]  # a host's veth is named by its position here, so HOSTS keep theirs
 SLOW_CGROUP = "/sys/fs/cgroup/cpu/jdl-slow-host"  # cgroup v1 cpu controller, as on this machine
 
 
@@ -34,13 +38,16 @@ def unavailable() -> str:
     return ""
 
 
-def make():
-    """The bridge and one namespace per host. Raises CalledProcessError where the kernel forbids namespaces."""
+def make(hosts=HOSTS):
+    """The bridge and one namespace per host (HOSTS, or these of ALL_HOSTS). Raises CalledProcessError where the
+    kernel forbids namespaces."""
     teardown()  # what a killed earlier run left
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{KERNEL_ADDRESS}/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
-    for index, (namespace, _, interface, address) in enumerate(HOSTS):
+    for host in hosts:
+        namespace, _, interface, address = host
+        index = ALL_HOSTS.index(host)
         outside = f"jdl-veth{index}"
         sh("ip", "netns", "add", namespace)
         sh("ip", "link", "add", outside, "type", "veth", "peer", "name", f"jdl-tmp{index}")
@@ -54,32 +61,33 @@ def make():
         # Hosts resolve each other's names, as on a real network (`ip netns exec` mounts this over /etc/hosts);
         # gloo crashes where a host cannot resolve its own name.
         os.makedirs(f"/etc/netns/{namespace}", exist_ok=True)
-        with open(f"/etc/netns/{namespace}/hosts", "w") as hosts:
-            hosts.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for _, h, _, a in HOSTS))
+        with open(f"/etc/netns/{namespace}/hosts", "w") as names:
+            names.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for _, h, _, a in hosts))
 
 
 def teardown():
     """Remove everything make() and the helpers below made; safe to call at any point, and twice."""
-    for namespace, *_ in HOSTS:
+    for namespace, *_ in ALL_HOSTS:
         kill_processes_in(namespace)
         sh("ip", "netns", "del", namespace, check=False)
         shutil.rmtree(f"/etc/netns/{namespace}", ignore_errors=True)
-    for index in range(len(HOSTS)):
+    for index in range(len(ALL_HOSTS)):
         sh("ip", "link", "del", f"jdl-veth{index}", check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
     remove_cgroup()
 
 
 @contextlib.contextmanager
-def hosts():
-    """make() ... teardown(), or pytest.skip where the kernel forbids namespaces."""
+def hosts(head=False):
+    """make() ... teardown(), or pytest.skip where the kernel forbids namespaces; yields HOSTS (with head, HEAD is
+    made too)."""
     import pytest
 
     reason = unavailable()
     if reason:
         pytest.skip(reason)
     try:
-        make()
+        make(ALL_HOSTS if head else HOSTS)
     except subprocess.CalledProcessError as exc:
         teardown()
         pytest.skip(f"this kernel forbids creating network namespaces here: {exc.stderr.strip()}")

@@ -37,6 +37,7 @@ class JobRun:
     observers: Sequence[JobObserver] = ()  # the live view, told each phase, start, update and the end
     granted: list | None = None  # the GPUs the pool granted, as (host, gpu) pairs
     attempt: int = 0  # 0 the first run, then one more per --restarts restart
+    segment: int = 0  # an elastic job's group: 0 the first, then one more per membership change
     # The last attempt's timings (time.perf_counter()) and the names it shipped, for job.timings.
     cluster_ready_at: float = 0.0
     shipped_at: float = 0.0
@@ -78,6 +79,7 @@ class JobRun:
             keras_registrations=self.shipment.keras_registrations,
             kernel_cwd=os.getcwd(),
             kernel_sys_path=[entry for entry in sys.path if entry],
+            job_id=job.id,
         )
         if isinstance(self.work, CellWork):
             # Numbered as the notebook shows the cell, so a rank's traceback and a stall report name its lines.

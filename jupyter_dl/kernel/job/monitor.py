@@ -24,8 +24,9 @@ class Monitor:
         self.cluster, self.stop_grace, self.poll_interval = cluster, stop_grace, poll_interval
         self.peer_patience, self.interrupt_repeat = peer_patience, interrupt_repeat
 
-    def watch(self, ids, ars, relay, feed, timeout=None):
-        """Wait for every rank, relaying output. Returns (outcome per rank, Ending)."""
+    def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None):
+        """Wait for every rank, relaying output; on_poll(), when given, runs once a round while no stop is under
+        way (an elastic job decides there whether to ask for a change). Returns (outcome per rank, Ending)."""
         outcomes = [None] * len(ars)
         ending = Ending()
         self._stop_at, self._signalled_at = None, -math.inf  # never signalled (not 0: uptime)
@@ -35,6 +36,8 @@ class Monitor:
                 try:
                     if self._poll(ids, ars, relay, feed, outcomes, ending, deadline):
                         break
+                    if on_poll is not None and self._stop_at is None:
+                        on_poll()
                 except KeyboardInterrupt:
                     if ending.status != "interrupted":
                         ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), -math.inf

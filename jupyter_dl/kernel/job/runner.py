@@ -16,11 +16,14 @@ from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from jupyter_dl import backends
+from jupyter_dl.cluster.size_checks import counted
 from jupyter_dl.jobs import Job, JobRegistry
 from jupyter_dl.jobs.results import JobResults
 from jupyter_dl.kernel import secrets as secretsmod
+from jupyter_dl.kernel.job import elastic, placement
 from jupyter_dl.kernel.job import outcomes as outcomesmod
-from jupyter_dl.kernel.job import placement
+from jupyter_dl.kernel.job.elastic import ElasticGroups
+from jupyter_dl.kernel.job.elastic_board import ElasticBoard
 from jupyter_dl.kernel.job.feed import MetricsFeed
 from jupyter_dl.kernel.job.job_run import JobRun, notebook_dtype_policy
 from jupyter_dl.kernel.job.monitor import Monitor
@@ -169,7 +172,7 @@ class JobRunner(Configurable):
                 else contextlib.nullcontext() as lease
             ):
                 jr.granted = lease["devices"] if lease else None
-                outcomes, ars, ending = self._attempts(jr)
+                outcomes, ars, ending = self._elastic_groups(jr) if options.elastic else self._attempts(jr)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
@@ -284,7 +287,75 @@ class JobRunner(Configurable):
             jr.attempt += 1
             self._restarting(jr, outcomesmod.failure_summary(ending, outcomes, jr.redact))
 
-    def _execute(self, jr: JobRun, ids):
+    def _elastic_groups(self, jr: JobRun):
+        """An elastic job (-n MIN:MAX): one group after another, each as large as the engines (and GPUs) free allow,
+        until a group ends the cell. A group ends at a commit point when the kernel asks (engines came free, the pool
+        wants GPUs back), or on lost ranks: the survivors, if at least MIN, go on from their commits in memory.
+        Returns the last group's (outcomes, async results, Ending)."""
+        job, options = jr.job, jr.options
+        assert isinstance(options.n, int) and options.elastic_min is not None  # validate() made MIN:MAX these
+        low, high = options.elastic_min, options.n
+        groups = ElasticGroups(self.cluster, low, high)
+        survivors: list = []
+        reason = "started"
+        while True:
+            cold = self.cluster.client is None
+            if cold:
+                jr.tell(f"starting the cluster: {counted(high, 'engine')}, training begins with {low}")
+            self.cluster.ensure_at_least(low, high, progress=jr.tell if cold else None)
+            n = max(low, groups.available())
+            ids = self._elastic_place(n, survivors)
+            previous = job.n
+            job.engine_ids, job.n = ids, n
+            job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+            groups.record(n, reason)
+            if jr.segment:
+                self._regrouped(jr, previous, n, reason)
+            job.membership = list(groups.changes)
+            jr.cluster_ready_at = time.perf_counter()
+            jr.shipped = placement.ship(self.cluster.client, ids, jr.shipment)
+            jr.shipped_at = time.perf_counter()
+            jr.tell(self._phase_text(n, options.backend, cold))
+            outcomes, ars, ending = self._execute(jr, ids, groups)
+            change = outcomes[0].get("membership_change") if ending.status == "ok" and outcomes[0] else None
+            if change:
+                survivors, reason = list(ids), change
+            elif ending.status == "failed" and elastic.survivors(ids, outcomes):
+                # Fewer survivors than MIN wait for free engines (replacements are starting) to make up MIN.
+                survivors = elastic.survivors(ids, outcomes)
+                reason = f"lost {_lost_ranks_text(job.hosts, outcomes)}"
+            else:
+                return outcomes, ars, ending
+            jr.segment += 1
+
+    def _elastic_place(self, n, survivors):
+        """n engines for the next group: the survivors first (rank 0 holds the commit the others receive), their
+        host's engines together (Horovod's local ranks)."""
+        live = self.cluster.engine_ids()
+        chosen = [eid for eid in survivors if eid in live] + [eid for eid in live if eid not in survivors]
+        chosen = chosen[:n]
+        hosts = [info["hostname"] for info in self.cluster.describe(chosen)]
+        order = {}
+        for host in hosts:
+            order.setdefault(host, len(order))
+        return [eid for _, eid in sorted(zip((order[h] for h in hosts), chosen), key=lambda pair: pair[0])]
+
+    def _regrouped(self, jr: JobRun, before, after, reason):
+        """Say where the cell, the job store and the live plot will show it: the job goes on with another group."""
+        job = jr.job
+        label = counted(after, "rank")
+        record = {"kind": "restart", "attempt": jr.segment, "reason": reason, "label": label, "t": time.time()}
+        jr.state.restarted(jr.segment, reason, label)
+        if self.registry.store is not None:
+            self.registry.store.append_metrics(job.id, [record])
+        job.changed()
+        print(
+            f"[jupyter-dl] job {job.name!r}: {reason}; going on with {label} (was {before}) from the last commit",
+            file=jr.stderr or sys.stderr,
+            flush=True,
+        )
+
+    def _execute(self, jr: JobRun, ids, groups=None):
         """One attempt: rendezvous, start every rank, watch them until they end. Returns (outcomes, ars, Ending)."""
         client = self.cluster.client
         rendezvous = backends.named(jr.options.backend).Rendezvous(jr.job.hosts, self.collective_timeout, client, ids)
@@ -296,6 +367,9 @@ class JobRunner(Configurable):
             rendezvous.stop()
             raise
         base = jr.rank_spec(len(ids), self.stall_timeout, self.resource_interval)
+        board = ElasticBoard(address) if groups is not None else None
+        if board is not None:
+            base.elastic_board, base.segment = board.url(address), jr.segment
         try:
             environments = rendezvous.environments(address, interfaces)
             ars = [
@@ -303,7 +377,7 @@ class JobRunner(Configurable):
                 for r, eid in enumerate(ids)
             ]
             jr.job.transition("running")
-            if jr.attempt == 0:  # a restart goes on in the same view
+            if jr.attempt == 0 and jr.segment == 0:  # a restart, or an elastic job's next group, goes on in the view
                 for observer in jr.observers:
                     observer.started(jr.job)
             relay = OutputRelay(dict(enumerate(ars)), jr.options.output, jr.stdout, jr.stderr, jr.redact)
@@ -316,12 +390,22 @@ class JobRunner(Configurable):
                 ars,
                 jr.redact,
             )
-            monitor = Monitor(
-                self.cluster, self.stop_grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT
-            )
-            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout)
+            # An elastic job's survivors must leave by themselves to keep their commits: not killed before they
+            # can see that a peer is gone.
+            grace = self.stop_grace + (rendezvous.peer_loss_s if groups is not None else 0.0)
+            monitor = Monitor(self.cluster, grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT)
+            on_poll = None
+            if board is not None:
+
+                def on_poll():
+                    if board.requested is None:
+                        board.request(groups.wanted_change(ids))
+
+            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll)
         finally:
             rendezvous.stop()
+            if board is not None:
+                board.stop()
         return outcomes, ars, ending
 
     def _place(self, n, granted=None, kind=None):
@@ -394,3 +478,9 @@ def _take_dtype_policy(name):
     import keras
 
     keras.config.set_dtype_policy(name)
+
+
+def _lost_ranks_text(hosts, outcomes) -> str:
+    """'rank 1 on host-b': the ranks an elastic group lost (a dead engine cannot be asked where it was)."""
+    lost = [f"rank {r} on {host}" for r, (host, o) in enumerate(zip(hosts, outcomes)) if o and not o.get("induced")]
+    return ", ".join(lost) or "a rank"

@@ -1,0 +1,166 @@
+"""Engine side of an elastic job (`-n MIN:MAX`): commits held in this engine's memory, and the commit point where
+the ranks agree to change membership.
+
+A commit is taken at every epoch end of every `fit`, by every rank (their states are equal: each rank keeps its own
+copy, so any survivor can lead the next group without reading a file). When the kernel asks for a change (engines
+came free, the pool wants GPUs back), rank 0 reads the request at the next epoch end and every rank hears it in the
+same collective, so they all leave at the same point with the same commit; the kernel runs the cell again on the new
+group, and each `fit` resumes from its commit (a finished one is restored, not trained again).
+
+An epoch is never split across groups: each epoch runs whole on one group, so every sample is seen once per epoch
+with every input kind (arrays, datasets, PyDatasets, generators) and the existing sharding applies unchanged. A rank
+lost mid-epoch costs the survivors that epoch's progress since the commit.
+"""
+
+import json
+import urllib.request
+
+import numpy as np
+
+from jupyter_dl.runtime.job_backend import backend
+
+# job id -> fit index -> Commit. Only the current job's commits are kept (forget_other_jobs).
+_COMMITS: dict = {}
+BOARD_TIMEOUT_S = 2.0  # rank 0's read of the kernel's request; a board that does not answer means "no change"
+
+
+class MembershipChange(Exception):
+    """Every rank leaves the cell at the same commit point, for the kernel to run it again on another group."""
+
+    def __init__(self, reason, epoch):
+        super().__init__(f"membership change after epoch {epoch + 1}: {reason}")
+        self.reason, self.epoch = reason, epoch
+
+
+def forget_other_jobs(job_id):
+    """A new job on this engine: commits of earlier jobs will never be resumed, and they hold a model's memory."""
+    for other in [key for key in _COMMITS if key != job_id]:
+        del _COMMITS[other]
+
+
+def has_commits(job_id) -> bool:
+    return bool(_COMMITS.get(job_id))
+
+
+class MemoryCommits:
+    """One fit's commits in this engine's memory, read and written like checkpoints.FitCheckpoint (find, restore,
+    save, mark_complete). The learning rate is kept in single-rank units: the next group may have another size, so
+    another factor (--lr-scale)."""
+
+    def __init__(self, job_id, index, updates):
+        self.job_id, self.index, self.updates = job_id, index, updates
+
+    def find(self, include_complete):
+        commit = _COMMITS.get(self.job_id, {}).get(self.index)
+        if commit is None or (commit["complete"] and not include_complete):
+            return None
+        return f"memory:{self.job_id}/fit-{self.index}", commit["meta"]
+
+    def restore(self, _where, model):
+        commit = _COMMITS[self.job_id][self.index]
+        _assign(model.variables, commit["model"])
+        optimizer = model.optimizer
+        if optimizer is not None and commit["optimizer"]:
+            if not optimizer.built:
+                optimizer.build(model.trainable_variables)
+            _assign(optimizer.variables, commit["optimizer"])
+            rate = _rate_variable(optimizer)
+            if rate is not None and commit["rate"] is not None:
+                rate.assign(self.updates.scaled(commit["rate"]))
+
+    def save(self, model, epoch, history):
+        optimizer = model.optimizer
+        rate = _rate_variable(optimizer) if optimizer is not None else None
+        _COMMITS.setdefault(self.job_id, {})[self.index] = {
+            "model": [np.array(v.numpy()) for v in model.variables],
+            "optimizer": [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None else [],
+            "rate": self.updates.unscaled(float(rate.numpy())) if rate is not None else None,
+            "meta": {"epoch": epoch, "history": json.loads(json.dumps(history))},
+            "complete": False,
+        }
+
+    def mark_complete(self):
+        commit = _COMMITS.get(self.job_id, {}).get(self.index)
+        if commit is not None:
+            commit["complete"] = True
+
+    # Callback state (EarlyStopping's best and wait, ReduceLROnPlateau's): the cell's callbacks are new objects on
+    # every run of the cell, and their on_train_begin resets them; the commit puts it back after that.
+    def save_callbacks(self, states):
+        commit = _COMMITS.get(self.job_id, {}).get(self.index)
+        if commit is not None:
+            commit["callbacks"] = states
+
+    def callback_states(self):
+        return _COMMITS.get(self.job_id, {}).get(self.index, {}).get("callbacks")
+
+
+def _rate_variable(optimizer):
+    import keras
+
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = getattr(inner, "_learning_rate", None)
+    return rate if isinstance(rate, keras.Variable) else None
+
+
+def _assign(variables, values):
+    variables = list(variables)
+    if len(variables) != len(values) or any(
+        tuple(v.shape) != tuple(value.shape) for v, value in zip(variables, values)
+    ):
+        raise RuntimeError(
+            "the cell built a different model on this run than when it committed its state; an elastic job "
+            "runs the cell again after each change, so the model it builds must not depend on the group"
+        )
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def change_requested(board_url, rank, epoch) -> str | None:
+    """At a commit point: the kernel's request, read by rank 0 and heard by every rank in one collective."""
+    reason = _read_board(board_url) if rank == 0 else None
+    return backend().broadcast_object(reason, name=f"jdl.elastic.{epoch}")
+
+
+def _read_board(board_url) -> str | None:
+    if not board_url:
+        return None
+    try:
+        with urllib.request.urlopen(board_url, timeout=BOARD_TIMEOUT_S) as response:
+            return json.loads(response.read() or b"{}").get("change")
+    except (OSError, ValueError):
+        return None
+
+
+def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs):
+    """The last callback of an elastic job's fit: puts the committed callback state back when it resumes, commits at
+    every epoch end, and leaves at the commit point when the kernel asks for a change (not after the last epoch:
+    the fit is done; the request waits for the next commit point, if the cell has one)."""
+    from jupyter_dl.wire import object_state
+
+    class ElasticCommit(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            saved = resume["meta"]["history"] if resume else {"epochs": [], "logs": {}}
+            self.history = {"epochs": list(saved["epochs"]), "logs": {k: list(v) for k, v in saved["logs"].items()}}
+
+        def on_train_begin(self, logs=None):
+            # After the cell's callbacks reset themselves in their own on_train_begin; the new rank 0's copy wins.
+            states = backend().broadcast_object(commits.callback_states() if resume else None, name="jdl.elastic.cb")
+            for index, callback in kept:
+                state = (states or {}).get(index)
+                if state:
+                    object_state.restore(callback, state)
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.history["epochs"].append(epoch)
+            for key, value in (logs or {}).items():
+                self.history["logs"].setdefault(key, []).append(float(value))
+            commits.save(model, epoch, self.history)
+            commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
+            if epoch + 1 < epochs and not self.model.stop_training:  # (EarlyStopping ends the fit here anyway)
+                reason = change_requested(board_url, rank, epoch)
+                if reason:
+                    raise MembershipChange(reason, epoch)
+
+    return ElasticCommit()
