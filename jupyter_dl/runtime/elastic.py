@@ -116,6 +116,15 @@ def _assign(variables, values):
         variable.assign(value)
 
 
+_current_board: list = [""]  # the running elastic job's board, for pending_change()
+
+
+def pending_change() -> str | None:
+    """The change the kernel asks the running elastic job for, if any, as rank 0 will read it at the next commit
+    point (None in a job that is not elastic). Lets a cell, or a test, wait for the kernel's decision."""
+    return _read_board(_current_board[0])
+
+
 def change_requested(board_url, rank, epoch) -> str | None:
     """At a commit point: the kernel's request, read by rank 0 and heard by every rank in one collective."""
     reason = _read_board(board_url) if rank == 0 else None
@@ -137,6 +146,8 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
     every epoch end, and leaves at the commit point when the kernel asks for a change (not after the last epoch:
     the fit is done; the request waits for the next commit point, if the cell has one)."""
     from jupyter_dl.wire import object_state
+
+    _current_board[0] = board_url
 
     class ElasticCommit(keras.callbacks.Callback):
         def __init__(self):

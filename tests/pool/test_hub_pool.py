@@ -7,112 +7,22 @@ proxy, as a kernel's client does; no single-user servers are spawned.
 """
 
 import json
-import os
-import pathlib
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 import requests
-from process_guard import die_with_pytest
+from local_hub import SERVICE, running_hub, user_token
 
 from jupyter_dl.pool.client import PoolClient
 from jupyter_dl.pool.gang import PoolError
 
-SERVICE = "jupyter-dl-pool"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _proxy_command():
-    cache = pathlib.Path(os.environ.get("JUPYTER_DL_CACHE", pathlib.Path.home() / ".cache" / "jupyter-dl"))
-    local = cache / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
-    found = str(local) if local.exists() else shutil.which("configurable-http-proxy")
-    assert found, "configurable-http-proxy is missing: run `make setup` (scripts/setup.sh installs it)"
-    return found
-
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hub")
-    port, hub_port, proxy_api, pool_port = (_free_port() for _ in range(4))
-    admin_token = secrets.token_hex(16)
-    config = root / "jupyterhub_config.py"
-    config.write_text(f"""
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {hub_port}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
-c.ConfigurableHTTPProxy.command = [{_proxy_command()!r}]
-c.JupyterHub.db_url = "sqlite:///{root / "hub.sqlite"}"
-c.JupyterHub.cookie_secret_file = {str(root / "cookie_secret")!r}
-c.JupyterHub.pid_file = {str(root / "hub.pid")!r}
-c.JupyterHub.authenticator_class = "dummy"
-c.JupyterHub.spawner_class = "simple"
-c.Authenticator.allowed_users = {{"ann", "bob"}}
-c.Authenticator.admin_users = {{"root"}}
-c.JupyterHub.services = [
-    {{"name": {SERVICE!r}, "url": "http://127.0.0.1:{pool_port}",
-      "command": [{sys.executable!r}, "-m", "jupyter_dl.pool.service", "--simulate-gpus=sim0:4",
-                  "--max-gpus=4", "--max-jobs=1"]}},
-    {{"name": "test-admin", "api_token": {admin_token!r}}},
-]
-c.JupyterHub.load_roles = [
-    {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
-    {{"name": "test-admin", "scopes": ["admin:users", "tokens"], "services": ["test-admin"]}},
-]
-""")
-    log = open(root / "hub.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
-        cwd=root,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=die_with_pytest,
-    )
-    api = f"http://127.0.0.1:{port}/hub/api"
-    service_url = f"http://127.0.0.1:{port}/services/{SERVICE}/"
-    admin = {"Authorization": f"token {admin_token}"}
-    try:
-        deadline = time.monotonic() + 90
-        while True:  # the hub is up, and the proxy routes to the pool service
-            try:
-                if requests.get(api, timeout=2).ok and requests.get(
-                    service_url + "api/pool", timeout=2
-                ).status_code in (401, 403):
-                    break
-            except requests.ConnectionError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, (root / "hub.log").read_text()[-3000:]
-            time.sleep(0.3)
-        tokens = {}
-        for user in ("ann", "bob", "root"):
-            requests.post(f"{api}/users/{user}", headers=admin, timeout=10)
-            reply = requests.post(
-                f"{api}/users/{user}/tokens",
-                headers=admin,
-                timeout=10,
-                json={"scopes": [f"access:services!service={SERVICE}"], "note": "pool test"},
-            )
-            assert reply.status_code == 201, reply.text
-            tokens[user] = reply.json()["token"]
-        yield {"url": service_url, "tokens": tokens, "api": api, "admin": admin, "log": root / "hub.log"}
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    pool = ["--simulate-gpus=sim0:4", "--max-gpus=4", "--max-jobs=1"]
+    with running_hub(tmp_path_factory.mktemp("hub"), {"ann", "bob"}, pool) as hub:
+        scopes = [f"access:services!service={SERVICE}"]
+        yield {**hub, "tokens": {user: user_token(hub, user, scopes) for user in ("ann", "bob", "root")}}
 
 
 def _client(hub, user):

@@ -17,8 +17,10 @@ from jupyter_dl.wire import remote
 class ElasticGroups:
     READY_CHECK_S = 1.0  # seconds between looks for free engines that finished importing TensorFlow
 
-    def __init__(self, cluster, min_n: int, max_n: int, lease=None):
+    def __init__(self, cluster, min_n: int, max_n: int, lease=None, grow_wait=10.0):
         self.cluster, self.min_n, self.max_n, self.lease = cluster, min_n, max_n, lease
+        self.grow_wait = grow_wait  # seconds to wait for engines still starting before growing into the ready ones
+        self._ready_since: float | None = None
         self.changes: list = []  # {"t", "n", "reason"} per group, the first included
         self._checked_at = -float("inf")
         self._pending_check = None  # (engine ids, AsyncResult) of the last readiness look
@@ -27,14 +29,31 @@ class ElasticGroups:
     def available(self) -> int:
         """Ranks the next group can have now: free engines (and, with a pool, granted GPUs), at most MAX."""
         engines = len(self.cluster.engine_ids())
-        if self.lease is not None and hasattr(self.lease, "devices"):
+        if self.lease is not None:
             engines = min(engines, len(self.lease.devices()))
         return min(engines, self.max_n)
 
-    def order(self, ids, survivors):
-        """The engines of the next group with a survivor first: rank 0 broadcasts the commit it holds."""
-        kept = [eid for eid in ids if eid in survivors]
-        return kept + [eid for eid in ids if eid not in survivors]
+    def target(self) -> int:
+        """The next group's size: what is available, and no more than the pool's shrink request leaves."""
+        shrink = self._shrink_request()
+        return min(self.available(), shrink[0]) if shrink is not None else self.available()
+
+    def hold(self, ids) -> list:
+        """Keep the GPUs of the group on `ids` and give the pool back the rest when it asked for them. Returns the
+        GPUs held."""
+        held = self.lease.devices()
+        pinned = self.cluster.describe(ids)
+        if any(info.get("gpu") for info in pinned):
+            wanted = {(info["hostname"], str(info.get("gpu"))) for info in pinned}
+            keep = [(host, gpu) for host, gpu in held if (host, str(gpu)) in wanted]
+        else:  # CPU engines (GPUs simulated by the pool): any of them, one per rank
+            keep = held[: len(ids)]
+        if len(keep) < len(held) and self._shrink_request() is not None:
+            return self.lease.resize(keep)
+        return held
+
+    def _shrink_request(self):
+        return self.lease.shrink_request() if self.lease is not None else None
 
     def record(self, n, reason):
         self.changes.append({"t": time.time(), "n": n, "reason": reason})
@@ -42,40 +61,50 @@ class ElasticGroups:
     # --------------------------------------------------------------------------------- while a group runs
     def wanted_change(self, ids) -> str | None:
         """Why the running group on `ids` should change now, or None. Called from the job's watch loop."""
-        shrink = (
-            self.lease.shrink_request() if self.lease is not None and hasattr(self.lease, "shrink_request") else None
-        )
+        shrink = self._shrink_request()
         if shrink is not None and shrink[0] < len(ids):
             return f"shrank: {shrink[1]}"
         if len(ids) >= self.max_n:
             return None
         ready = self._ready_free_engines(ids)
-        if ready and self.available() > len(ids):
-            more = self.available() - len(ids)
-            return f"grew: {counted(more, 'engine')} free"
+        if ready is None:  # no new look yet
+            return None
+        if not ready or self.available() <= len(ids):
+            self._ready_since = None
+            return None
+        self._ready_since = self._ready_since or time.monotonic()
+        # Each change costs a commit point and a new group: grow once, into every engine that is starting, unless
+        # that makes the ready ones wait too long.
+        starting = self.cluster.expected - len(self.cluster.engine_ids())
+        everyone = len(ready) == len([eid for eid in self.cluster.engine_ids() if eid not in ids]) and starting <= 0
+        enough = len(ids) + len(ready) >= self.max_n
+        if everyone or enough or time.monotonic() - self._ready_since >= self.grow_wait:
+            return f"grew: {counted(min(self.available(), self.max_n) - len(ids), 'engine')} free"
         return None
 
     def _ready_free_engines(self, ids):
         """Engines outside the group that have TensorFlow imported (a group waiting for an import would stall the
-        job for seconds); looked at once a second without blocking the watch loop."""
+        job for seconds), or None when there is no new answer: looked at once a second without blocking the watch
+        loop."""
         if self._pending_check is not None:
             checked, ar = self._pending_check
             if not ar.ready():
-                return []
+                return None
             self._pending_check = None
             try:
                 return [eid for eid, ready in zip(checked, ar.get()) if ready]
             except Exception:  # an engine died meanwhile: look again next time
-                return []
+                return None
         now = time.monotonic()
         if now - self._checked_at < self.READY_CHECK_S:
-            return []
+            return None
         self._checked_at = now
         free = [eid for eid in self.cluster.engine_ids() if eid not in ids]
-        if free:
-            self.cluster.describe(free)  # starts their import of TensorFlow, once
-            self._pending_check = (free, self.cluster.client.direct_view(free).apply_async(remote.PRELOADED))
-        return []
+        if not free:
+            return []
+        self.cluster.describe(free)  # starts their import of TensorFlow, once
+        self._pending_check = (free, self.cluster.client.direct_view(free).apply_async(remote.PRELOADED))
+        return None
 
 
 def survivors(ids, outcomes) -> list:

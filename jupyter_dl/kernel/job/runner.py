@@ -109,6 +109,11 @@ class JobRunner(Configurable):
         "collectives: a new group (other ranks, a new size, a switch from Horovod) makes a new TensorFlow context "
         "whose server cannot be stopped, about 100 threads and 40 MB each. 0 never replaces.",
     ).tag(config=True)
+    elastic_grow_wait = Float(
+        10.0,
+        help="Seconds an elastic job (-n MIN:MAX) waits for engines that are still starting before it grows into "
+        "the ones ready: each change costs a commit point and a new group, so growing once into all is cheaper.",
+    ).tag(config=True)
     point_budget = Integer(
         2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
     ).tag(config=True)
@@ -166,13 +171,15 @@ class JobRunner(Configurable):
         job = jr.job
         t0 = time.perf_counter()
         try:
-            with (
-                self.pools.lease(job, n, stderr, options.device_kind)
+            holder = (
+                self.pools.lease(job, n, stderr, options.device_kind, min_n=options.elastic_min)
                 if options.pooled
-                else contextlib.nullcontext() as lease
-            ):
-                jr.granted = lease["devices"] if lease else None
-                outcomes, ars, ending = self._elastic_groups(jr) if options.elastic else self._attempts(jr)
+                else contextlib.nullcontext()
+            )
+            with holder as ticket:
+                jr.granted = ticket["devices"] if ticket else None
+                lease = holder if ticket else None  # an elastic job's group follows the GPUs its lease holds
+                outcomes, ars, ending = self._elastic_groups(jr, lease) if options.elastic else self._attempts(jr)
         except BaseException as exc:
             job.transition("cancelled" if isinstance(exc, KeyboardInterrupt) else "failed", error=str(exc))
             raise
@@ -287,7 +294,7 @@ class JobRunner(Configurable):
             jr.attempt += 1
             self._restarting(jr, outcomesmod.failure_summary(ending, outcomes, jr.redact))
 
-    def _elastic_groups(self, jr: JobRun):
+    def _elastic_groups(self, jr: JobRun, lease=None):
         """An elastic job (-n MIN:MAX): one group after another, each as large as the engines (and GPUs) free allow,
         until a group ends the cell. A group ends at a commit point when the kernel asks (engines came free, the pool
         wants GPUs back), or on lost ranks: the survivors, if at least MIN, go on from their commits in memory.
@@ -295,7 +302,7 @@ class JobRunner(Configurable):
         job, options = jr.job, jr.options
         assert isinstance(options.n, int) and options.elastic_min is not None  # validate() made MIN:MAX these
         low, high = options.elastic_min, options.n
-        groups = ElasticGroups(self.cluster, low, high)
+        groups = ElasticGroups(self.cluster, low, high, lease, self.elastic_grow_wait)
         survivors: list = []
         reason = "started"
         while True:
@@ -303,11 +310,13 @@ class JobRunner(Configurable):
             if cold:
                 jr.tell(f"starting the cluster: {counted(high, 'engine')}, training begins with {low}")
             self.cluster.ensure_at_least(low, high, progress=jr.tell if cold else None)
-            n = max(low, groups.available())
-            ids = self._elastic_place(n, survivors)
+            n = max(low, groups.target())
+            ids = self._elastic_place(n, survivors, lease)
             previous = job.n
             job.engine_ids, job.n = ids, n
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
+            if lease is not None:
+                job.gpus = [f"{host}:{gpu}" for host, gpu in groups.hold(ids)]
             groups.record(n, reason)
             if jr.segment:
                 self._regrouped(jr, previous, n, reason)
@@ -328,10 +337,13 @@ class JobRunner(Configurable):
                 return outcomes, ars, ending
             jr.segment += 1
 
-    def _elastic_place(self, n, survivors):
+    def _elastic_place(self, n, survivors, lease=None):
         """n engines for the next group: the survivors first (rank 0 holds the commit the others receive), their
-        host's engines together (Horovod's local ranks)."""
+        host's engines together (Horovod's local ranks); with GPUs from a pool, engines pinned to those."""
         live = self.cluster.engine_ids()
+        if lease is not None:
+            pinned = set(placement.place(self.cluster, min(len(live), len(lease.devices())), lease.devices()))
+            live = [eid for eid in live if eid in pinned]
         chosen = [eid for eid in survivors if eid in live] + [eid for eid in live if eid not in survivors]
         chosen = chosen[:n]
         hosts = [info["hostname"] for info in self.cluster.describe(chosen)]

@@ -1,0 +1,197 @@
+"""Elastic jobs (`-n MIN:MAX`) on real engines, on both backends: a zero-code `fit` grows into engines that come
+free, goes on after a rank is killed, and gives GPUs back to a pool (simulated GPUs, real `jupyter-dl-pool` service
+behind a real JupyterHub) when another user's gang arrives.
+
+The module has its own cluster (it grows to 4 engines; the session's shared cluster keeps its 2). The cells wait
+for the kernel's decision where a test needs a change at a known epoch (`elastic.pending_change()`), so nothing
+here depends on how fast engines start on a loaded machine.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from jupyter_dl.errors import UsageError
+from jupyter_dl.kernel.job.work import CellWork
+from jupyter_dl.wire.options import RunOptions
+
+BACKENDS = ["horovod", "tf"]
+
+# The digits classifier, with a metric that counts the samples each rank trains on per epoch: epoch metrics are
+# averaged over ranks, so ranks x `seen` is what the whole group saw in that epoch.
+CELL = """
+import os, time
+import keras
+from jupyter_dl.runtime import elastic
+from jupyter_dl.runtime.job_backend import backend
+
+keras.utils.set_random_seed(1)
+
+class Seen(keras.metrics.Metric):
+    def __init__(self, name="seen", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
+    def result(self):
+        return self.count
+
+class Scenario(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        rank, size = backend().rank_and_size()
+        if rank == 0 and epoch == WAIT_AT and size == WAIT_SIZE:  # until the kernel asks for the change
+            deadline = time.monotonic() + 120
+            while not elastic.pending_change() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if KILL and epoch == 2 and rank == 1 and not os.path.exists(KILL):
+            open(KILL, "w").close()
+            os._exit(1)  # the engine dies as a killed process does
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
+              metrics=["accuracy", Seen()])
+history = model.fit(x_train, y_train, epochs=EPOCHS, batch_size=32, verbose=0, callbacks=[Scenario()])
+"""
+
+
+@pytest.fixture(scope="module")
+def own_session():
+    from jupyter_dl.kernel.api import Session
+
+    own = Session()
+    own.runner.elastic_grow_wait = 600  # grow once, into both engines, however slowly the second one starts
+    yield own
+    own.cluster.stop()
+
+
+@pytest.fixture
+def session(own_session):
+    """The module's session with a cluster of exactly 2 engines (a test before may have grown it)."""
+    if own_session.cluster.client is not None and len(own_session.cluster.engine_ids()) != 2:
+        own_session.cluster.stop()
+    if own_session.cluster.client is None:
+        own_session.cluster.start(n=2)
+    return own_session
+
+
+def _run(session, digits, n, backend, epochs=8, wait_at=-1, wait_size=0, kill=""):
+    namespace = {
+        "x_train": digits["x_train"],
+        "y_train": digits["y_train"],
+        "EPOCHS": epochs,
+        "WAIT_AT": wait_at,
+        "WAIT_SIZE": wait_size,
+        "KILL": kill,
+    }
+    result = session.runner.run(CellWork(CELL, namespace, 2), RunOptions(n=n, backend=backend))
+    return result, result.values["history"]
+
+
+def _group_sizes_by_epoch(history, membership, total) -> list:
+    """The number of ranks each epoch ran on, read from how many samples each rank trained on in it (N // size when
+    the epoch ran whole on one group: every sample but the strided remainder, once), in the groups' order."""
+    groups = [change["n"] for change in membership]
+    at, sizes = 0, []
+    for epoch, seen in enumerate(history.history["seen"]):
+        later = [i for i in range(at, len(groups)) if round(seen) == total // groups[i]]
+        assert later, f"epoch {epoch}: {seen} samples per rank fits no group of {groups[at:]} over {total} samples"
+        at = later[0]
+        sizes.append(groups[at])
+    return sizes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fit_grows_into_engines_that_come_free_and_trains_as_a_fixed_run(session, digits, backend, capsys):
+    fixed, fixed_history = _run(session, digits, 2, backend)
+    result, history = _run(session, digits, (2, 4), backend, wait_at=1, wait_size=2)
+    sizes = [change["n"] for change in result.job.membership]
+    reasons = [change["reason"] for change in result.job.membership]
+    assert sizes == [2, 4] and reasons[0] == "started" and reasons[1].startswith("grew: 2 engines free")
+    assert result.job.state == "succeeded" and result.diverged is None  # the 4 ranks ended with equal weights
+    assert history.epoch == list(range(8))  # one History, the epochs before the change included
+    assert _group_sizes_by_epoch(history, result.job.membership, len(digits["x_train"])) == [2, 2] + [4] * 6
+    # Up to the change the run is the fixed one; after it, 4 ranks at twice the learning rate (--lr-scale linear).
+    np.testing.assert_allclose(history.history["loss"][:2], fixed_history.history["loss"][:2], rtol=1e-5)
+    assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
+    err = capsys.readouterr().err
+    assert "grew: 2 engines free; going on with 4 ranks (was 2) from the last commit" in err
+    assert all(np.isfinite(w).all() for w in result.values["model"].get_weights())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_survivors_of_a_killed_rank_go_on_from_the_last_commit(session, digits, backend, tmp_path, capsys):
+    fixed, fixed_history = _run(session, digits, 2, backend)
+    started = time.monotonic()
+    result, history = _run(session, digits, (1, 2), backend, kill=str(tmp_path / "killed"))
+    took = time.monotonic() - started
+    membership = result.job.membership
+    assert [change["n"] for change in membership][0] == 2
+    assert membership[1]["reason"] == "lost rank 1 on " + result.job.hosts[0]
+    assert result.job.state == "succeeded" and result.diverged is None
+    # Epoch 2 was cut short by the kill before its commit: the survivors trained it again from epoch 1's commit.
+    assert history.epoch == list(range(8))
+    sizes = _group_sizes_by_epoch(history, membership, len(digits["x_train"]))
+    assert sizes[:2] == [2, 2] and set(sizes[2:]) <= {1, 2}
+    np.testing.assert_allclose(history.history["loss"][:2], fixed_history.history["loss"][:2], rtol=1e-5)
+    assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
+    print(f"{backend}: job with a killed rank took {took:.1f}s; groups {membership}")
+    assert "lost rank 1 on" in capsys.readouterr().err
+
+
+def test_bad_elastic_options_are_refused_in_one_line_before_anything_starts():
+    for options, words in [
+        (RunOptions(n=(4, 2)), "MIN <= MAX"),
+        (RunOptions(n=(2, 4), manual=True), "--manual turns off"),
+        (RunOptions(n=(2, 4), restarts=1, checkpoint_dir="/tmp/x"), "drop --restarts"),
+        (RunOptions(n=(0, 4)), "two positive numbers"),
+    ]:
+        with pytest.raises(UsageError, match=words) as err:
+            options.validate()
+        assert "\n" not in str(err.value)
+    fixed = RunOptions(n=(3, 3)).validate()
+    assert fixed.n == 3 and not fixed.elastic
+
+
+# --------------------------------------------------------------------------------------- with a GPU pool
+def test_an_elastic_job_gives_gpus_back_when_another_users_gang_arrives(session, digits, tmp_path, monkeypatch):
+    """ann's 2:4 job holds the pool's 4 (simulated) GPUs on 4 engines; bob's 2-GPU gang arrives; the pool asks
+    ann's job to shrink, it does so at its next commit point, and bob's gang is granted while ann's job goes on."""
+    from local_hub import SERVICE, running_hub, user_token
+
+    from jupyter_dl.pool.client import PoolClient
+
+    session.cluster.ensure(4)
+    with running_hub(tmp_path, {"ann", "bob"}, ["--simulate-gpus=sim0:4", "--max-gpus=4"]) as hub:
+        scopes = [f"access:services!service={SERVICE}"]
+        bob = PoolClient(hub["url"], user_token(hub, "bob", scopes))
+        monkeypatch.setenv("JUPYTERHUB_API_TOKEN", user_token(hub, "ann", scopes))
+        monkeypatch.setattr(session.runner, "pool_url", hub["url"])
+        outcome: dict = {}
+
+        def run():
+            outcome["value"] = _run(session, digits, (2, 4), "horovod", epochs=10, wait_at=5, wait_size=4)
+
+        job = threading.Thread(target=run)
+        job.start()
+        deadline = time.monotonic() + 180
+        while not any(j.n == 4 and j.state == "running" for j in session.jobs.all() if j.membership):
+            assert time.monotonic() < deadline and job.is_alive(), "the elastic job never ran on 4 ranks"
+            time.sleep(0.1)
+        arrived = time.monotonic()
+        ticket = bob.submit(2, job="bob-gang", owner="kernel-bob")
+        while bob.ticket(ticket["id"])["state"] != "granted":
+            assert time.monotonic() < deadline and job.is_alive(), "bob's gang was never granted"
+            time.sleep(0.1)
+        granted_after = time.monotonic() - arrived
+        job.join(180)
+        result, history = outcome["value"]
+        membership = result.job.membership
+        assert [change["n"] for change in membership][-1] == 2
+        assert membership[-1]["reason"].startswith("shrank: ") and "bob" in membership[-1]["reason"]
+        assert result.job.state == "succeeded" and history.epoch == list(range(10))
+        assert len(result.job.gpus) == 2
+        print(f"bob's gang granted {granted_after:.1f}s after it arrived; ann's groups {membership}")
+        bob.release(ticket["id"])
