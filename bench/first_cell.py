@@ -8,6 +8,8 @@ waits until the engines and the kernel have imported TensorFlow and Horovod in t
 with no pause at all is reported too, for what it is.
 
     .venv/bin/python bench/first_cell.py [--warm 10]
+
+The first cell of a fresh Jupyter kernel, with the cluster started while the user types, is bench/first_cell_fresh.py.
 """
 
 import argparse

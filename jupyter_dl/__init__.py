@@ -8,6 +8,7 @@ from jupyter_dl._version import __version__
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ below imports them on first use
     from jupyter_dl.kernel.api import compare, distribute, load_job, shutdown
     from jupyter_dl.kernel.lr_finder import lr_find
+    from jupyter_dl.runtime.elastic import elastic_epochs
     from jupyter_dl.runtime.metrics_callback import LiveMetrics
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "__version__",
     "compare",
     "distribute",
+    "elastic_epochs",
     "load_ipython_extension",
     "load_job",
     "lr_find",
@@ -31,6 +33,7 @@ _LAZY = {
     "compare": "jupyter_dl.kernel.api",
     "shutdown": "jupyter_dl.kernel.api",
     "lr_find": "jupyter_dl.kernel.lr_finder",
+    "elastic_epochs": "jupyter_dl.runtime.elastic",  # a custom loop's commit points in an elastic job
     "LiveMetrics": "jupyter_dl.runtime.metrics_callback",  # the Keras callback class (Keras imports slowly)
 }
 
@@ -63,6 +66,11 @@ def load_ipython_extension(ipython):
     load_hint()
     # Subclassed models built in the notebook from here on can travel to the engines (see keras_objects).
     record_constructor_arguments_when_keras_loads()
+    from jupyter_dl.kernel import api
+    from jupyter_dl.kernel.start_on_load import start_on_load
+
+    # Loaded from a cell: the cluster starts now, while the first %%distribute cell is typed (start_on_load.py).
+    start_on_load(ipython, api.session(parent=ipython))
 
 
 def _jupyter_server_extension_points():

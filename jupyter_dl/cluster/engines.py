@@ -4,19 +4,23 @@ We drive ipyparallel's own `Cluster` API, so any cluster it can start or connect
 SSH, via profiles and cluster files) is usable unchanged. The embedded default is a local cluster started on demand.
 """
 
+import atexit
 import contextlib
 import itertools
 import logging
 import os
 import signal
 import socket
+import sys
+import time
 
-from traitlets import Dict, Float, Integer, Unicode
+from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from jupyter_dl.cluster import engine_sets, scheduler_queue, size_checks, ssh_engines
 from jupyter_dl.cluster import reaper as cluster_reaper
 from jupyter_dl.cluster import status as cluster_status
+from jupyter_dl.cluster.background_start import BackgroundStart
 from jupyter_dl.cluster.known_engines import KnownEngines
 from jupyter_dl.cluster.registration import wait_for_engines
 from jupyter_dl.cluster.size_checks import counted
@@ -24,6 +28,7 @@ from jupyter_dl.cluster.status import ClusterStatus
 from jupyter_dl.errors import UsageError
 from jupyter_dl.host import gpus
 from jupyter_dl.host.processes import pid_running
+from jupyter_dl.wire import remote
 
 _STARTS = itertools.count(1)  # cluster ids stay unique when one process starts several clusters
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -48,6 +53,10 @@ def _ipyparallel_log():
     if not any(isinstance(f, _LogFileAlreadyGone) for f in log.filters):
         log.addFilter(_LogFileAlreadyGone())
     return log
+
+
+# What a cluster started elsewhere (background_start.py) hands over to the EngineCluster that adopts it.
+_STATE = ("cluster", "client", "owned", "_known", "_expected", "devices", "_launcher", "_engine_sets", "_reaper")
 
 
 class EngineCluster(Configurable):
@@ -82,6 +91,15 @@ class EngineCluster(Configurable):
     engine_environment = Dict(
         QUIET_TF, help="Extra environment for engines started here (TensorFlow's C++ logging is quiet by default)."
     ).tag(config=True)
+    start_on_load = Bool(
+        True,
+        help="When `%load_ext jupyter_dl` runs in a notebook cell, start the embedded local cluster right away, in "
+        "the background, so its engines register and import TensorFlow while the first %%distribute cell is "
+        "being typed (that cell then waits only for what is left). Only from a cell: a kernel that loads the "
+        "extension from its config (c.InteractiveShellApp.extensions) may never distribute anything, so it starts "
+        "nothing until asked. Only for local engines (engines = 'local'), never a scheduler's. Off: the cluster "
+        "starts with the first job or %dl_cluster start.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -94,6 +112,9 @@ class EngineCluster(Configurable):
         self._launcher = "local"
         self._engine_sets = []  # ipyparallel engine set ids, newest last
         self._reaper = None  # the process that ends our controller if this kernel dies
+        self._background = None  # start_in_background's BackgroundStart, until adopted or stopped
+        self._unclaimed = None  # adopted from it and unused yet: what it was started as (n, launcher, GPUs)
+        self._allocating = False  # started by allocate(): its engines come and go with each job's allocation
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -102,11 +123,20 @@ class EngineCluster(Configurable):
     def start(self, n=None, gpu_spec="all", engines=None, progress=None, wait_for=None) -> ClusterStatus:
         """Start a cluster of our own: local engines, one per rank, each pinned to one GPU where GPUs exist; or
         engines from a scheduler through ipyparallel's launcher of that name. Returns once all have registered, or
-        `wait_for` of them (an elastic job starts with what it can have; the others register meanwhile)."""
+        `wait_for` of them (an elastic job starts with what it can have; the others register meanwhile).
+        A cluster starting in the background (start_in_background) is taken as it is when it is what was asked
+        for, else stopped first."""
+        requested = n
+        n, engines, devices = self._request(n, gpu_spec, engines)
+        early = self._background.request if self._background is not None else self._unclaimed
+        if early is not None:  # started on load and no job has used it yet: the user never asked for that one
+            if early == (n, engines, devices) and wait_for is None:
+                self._settle(progress)
+                if self.client is not None:
+                    self._unclaimed = None
+                    return self.status()
+            self.stop()
         self._require_none_in_use()
-        engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
-        devices = gpus.select(gpu_spec) if engines == "local" else []  # elsewhere the scheduler assigns GPUs
-        requested, n = n, n or (len(devices) if devices else self.default_size())
         size_checks.check_new_cluster(n, engines, devices, gpu_spec, self.max_cpu_ranks)
         cluster = self._new_cluster(n, engines)
         if engines == "ssh":
@@ -122,6 +152,12 @@ class EngineCluster(Configurable):
             self.stop()  # also withdraws the scheduler request
             raise
         return self.status()
+
+    def _request(self, n, gpu_spec, engines) -> tuple:
+        """(engines, launcher, GPUs) that start(n, gpu_spec, engines) starts."""
+        engines = (engines or self.engines).lower()  # ipyparallel's launcher names are case-insensitive
+        devices = tuple(gpus.select(gpu_spec)) if engines == "local" else ()  # elsewhere the scheduler assigns GPUs
+        return n or (len(devices) if devices else self.default_size()), engines, devices
 
     def _new_cluster(self, n, engines):
         import ipyparallel as ipp
@@ -163,6 +199,38 @@ class EngineCluster(Configurable):
                 engine_sets.start_set(self.cluster, self._launcher, n, self.engine_environment, index)
             )
 
+    # ------------------------------------------------------------------ allocations (pool/slurm.py: one per job)
+    def allocate(self, n, launcher, **launcher_options):
+        """n engines as one scheduler job (one allocation), on a cluster started here with that launcher; its
+        controller starts first when there is no cluster. Returns (engine set id, scheduler job id); the engines
+        register later (ensure(n) waits for them)."""
+        if self.client is None:
+            cluster = self._new_cluster(n, launcher)
+            self._start_controller(cluster, launcher)
+            self.client, self._allocating = cluster.connect_client_sync(), True
+        elif not self._allocating:
+            raise UsageError(
+                f"jobs get their engines from {launcher}, one allocation each, but this notebook's cluster has "
+                "engines of its own; run %dl_cluster stop first"
+            )
+        self._known.forget(self.engine_ids())  # a released allocation's engine that registered as it was cancelled
+        index = len(self._engine_sets)
+        batch_file = os.path.join(self.cluster.profile_dir, f"{self.cluster.cluster_id}-engines-{index}.sbatch")
+        set_id = self.cluster.start_engines_sync(
+            n, environment=dict(self.engine_environment), batch_file_name=batch_file, **launcher_options
+        )
+        self._engine_sets.append(set_id)
+        self._expected += n
+        return set_id, getattr(self.cluster.engines[set_id], "job_id", "")
+
+    def release(self, set_id):
+        """End one allocation (the scheduler's cancel: scancel) and forget its engines (every live one: there is
+        one allocation at a time); none replace them."""
+        self._known.forget(self.engine_ids())
+        self._expected = max(0, self._expected - self.cluster.engines[set_id].n)
+        self._engine_sets.remove(set_id)
+        self.cluster.stop_engines_sync(set_id)
+
     @property
     def local(self) -> bool:
         """Whether jobs run on this host's engines started here (or will: the embedded cluster starts on demand)."""
@@ -179,6 +247,7 @@ class EngineCluster(Configurable):
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
         import ipyparallel as ipp
 
+        self._drop_background()
         self._require_none_in_use()
         profile = profile or self.profile
         try:
@@ -200,6 +269,7 @@ class EngineCluster(Configurable):
         """Use the cluster described by an ipyparallel cluster file (what `Cluster.from_file` reads)."""
         import ipyparallel as ipp
 
+        self._drop_background()
         self._require_none_in_use()
         try:
             cluster = ipp.Cluster.from_file(cluster_file)
@@ -213,6 +283,8 @@ class EngineCluster(Configurable):
             raise UsageError("a cluster is already in use; run %dl_cluster stop first")
 
     def stop(self):
+        self._drop_background()
+        self._unclaimed = None
         client, cluster, owned = self.client, self.cluster, self.owned
         self.client = self.cluster = None
         self.owned = False
@@ -220,6 +292,7 @@ class EngineCluster(Configurable):
         self._expected = 0
         self.devices = []
         self._engine_sets = []
+        self._allocating = False
         if client is not None:
             client.close()
         if cluster is not None and owned:
@@ -241,6 +314,72 @@ class EngineCluster(Configurable):
         with contextlib.suppress(Exception):
             self.stop()
 
+    # ----------------------------------------------------------------- started in the background (start_on_load)
+    def start_in_background(self) -> bool:
+        """Start the embedded local cluster in a thread (background_start.py), unless a cluster is in use or
+        engines start elsewhere than here. The next command that needs the cluster adopts it (or stops it)."""
+        if self.client is not None or self._background is not None or self.engines.lower() != "local":
+            return False
+        n, launcher, devices = self._request(None, "all", None)
+        size_checks.check_new_cluster(n, launcher, devices, "all", self.max_cpu_ranks)
+        self._background = BackgroundStart(EngineCluster(parent=self), n, (n, launcher, devices))
+        # A kernel that exits while it starts leaves no engine behind (a kernel manager kills one that takes >5 s).
+        atexit.register(self._drop_background, 3.0)
+        return True
+
+    def _settle(self, progress=None, announce=False):
+        """Wait for the background start (progress hears its stages) and take its cluster as this one's; a start
+        that failed is reported here, in one line, and forgotten (the caller starts a cluster as usual)."""
+        background = self._background
+        if background is None:
+            return
+        background.wait(progress)
+        self._background = None
+        if background.error is not None:
+            self._tell_failed(background)
+            return
+        other = background.cluster
+        for name in _STATE:
+            setattr(self, name, getattr(other, name))
+        self._unclaimed = background.request  # until a job or %dl_cluster start takes it (see start)
+        if announce:
+            self._announce("a local cluster", " when jupyter-dl loaded")
+        if progress is not None:
+            self._wait_for_imports(progress)
+
+    def _wait_for_imports(self, progress):
+        """Show the last stage a prestarted cluster may be in: its engines importing TensorFlow (describe() started
+        it); a job would wait for the same import on its engines anyway."""
+        ids = self.engine_ids()
+        deadline = time.monotonic() + self.start_timeout
+        told = False
+        while ids and not all(self.client[ids].apply_sync(remote.PRELOADED)) and time.monotonic() < deadline:
+            if not told:
+                progress("engines importing TensorFlow")
+                told = True
+            time.sleep(0.2)
+
+    def _drop_background(self, timeout=None):
+        """Stop a background start and what it started (also while it is still starting)."""
+        background, self._background = self._background, None
+        if background is None:
+            return
+        background.cancel(self.start_timeout if timeout is None else timeout)
+        if background.error is not None:
+            self._tell_failed(background)
+
+    @staticmethod
+    def _tell_failed(background):
+        if background.cancelled:
+            return
+        why = " ".join(str(background.error).split()) or type(background.error).__name__
+        print(
+            f"[jupyter-dl] the local cluster started when jupyter-dl loaded failed ({why}); jobs start one as usual "
+            "(c.EngineCluster.start_on_load = False turns the early start off)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     # ------------------------------------------------------------------------------------------- engines
     def engine_ids(self):
         return self._known.live(self.client.ids) if self.client else []
@@ -255,6 +394,8 @@ class EngineCluster(Configurable):
     def ensure(self, n, progress=None):
         """A client with at least n live engines; starts the embedded cluster (or grows it) on demand.
         progress(text), when given, hears how many engines have registered while they start."""
+        self._settle(progress, announce=True)
+        self._unclaimed = None
         if self.client is not None and self.owned and not self._controller_running():
             # Stopped from outside this kernel (the jobs panel's Stop): the old client would wait forever.
             print(
@@ -273,6 +414,8 @@ class EngineCluster(Configurable):
         """An elastic job's engines: start (or grow) toward `high` where this cluster starts its own CPU engines,
         and return once `low` are live; the rest register while the job runs, and it grows into them. A connected
         cluster, or one engine per GPU, is used as it is."""
+        self._settle(progress, announce=True)
+        self._unclaimed = None
         if self.client is not None and self.owned and not self._controller_running():
             self._forget_stopped_cluster()
         if self.client is None:
@@ -285,11 +428,15 @@ class EngineCluster(Configurable):
         return self.client
 
     def _start_embedded(self, n, progress, wait_for=None):
-        status = self.start(n=max(n, self.default_size()), progress=progress, wait_for=wait_for)
-        where = "a local cluster" if self._launcher == "local" else f"a cluster with engines from {self._launcher}"
+        self.start(n=max(n, self.default_size()), progress=progress, wait_for=wait_for)
+        local = self._launcher == "local"
+        self._announce("a local cluster" if local else f"a cluster with engines from {self._launcher}")
+
+    def _announce(self, where, when=""):
         devices = f"GPUs {self.devices}" if self.devices else "CPU" if self._launcher == "local" else "as allocated"
         print(
-            f"[jupyter-dl] started {where}: {counted(status.engines, 'engine')} ({devices}); %dl_cluster stop ends it",
+            f"[jupyter-dl] started {where}: {counted(len(self.engine_ids()), 'engine')} ({devices}){when}; "
+            "%dl_cluster stop ends it",
             flush=True,
         )  # progress, not an error: ordinary output
 
@@ -364,6 +511,9 @@ class EngineCluster(Configurable):
 
     # ------------------------------------------------------------------------------------------- status
     def status(self) -> ClusterStatus:
+        if self._background is not None and not self._background.done:
+            return ClusterStatus(starting=self._background.stage)  # asks nothing of a cluster still starting
+        self._settle()
         if self.client is None:
             return ClusterStatus()
         ids = self.engine_ids()

@@ -21,3 +21,31 @@ def pending(launcher_name: str, engine_set, any_engine_registered: bool) -> str:
     if out and out[0] in ("PENDING", "CONFIGURING"):  # configuring: its nodes are still booting
         return f"Slurm job {job_id} {out[0]} ({out[1].strip() if len(out) > 1 else 'no reason given'})"
     return ""
+
+
+def slurm_wait(job_id) -> dict:
+    """Where Slurm job `job_id` stands: {"state": "PENDING", "position": 1, "reason": "Resources", "start": "..."}
+    while it waits ("position" counts from 1 in Slurm's own order: priority, then submission; "start" is
+    `squeue --start`'s estimate, '' when Slurm has none yet), {"state": "RUNNING"} once it runs, and
+    {"state": ""} when it is gone (ended, cancelled, refused)."""
+    state, reason = (_squeue("-j", str(job_id), "-o", "%T|%r") or ["|"])[0].split("|", 1)
+    if state != "PENDING":
+        return {"state": state}
+    waiting = [line.split("|", 1) for line in _squeue("--start", "-t", "PENDING", "--sort=-p,i", "-o", "%i|%S")]
+    ids = [job for job, _ in waiting]
+    start = dict(waiting).get(str(job_id), "")
+    return {
+        "state": state,
+        "position": ids.index(str(job_id)) + 1 if str(job_id) in ids else None,
+        "reason": reason,
+        "start": "" if start in ("N/A", "Unknown", "") else start,
+    }
+
+
+def _squeue(*args) -> list:
+    """squeue's lines; none when it fails (a job id Slurm has already purged is an error to it)."""
+    try:
+        done = subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []

@@ -17,6 +17,7 @@ class ClusterStatus:
     engines_by_host: dict[str, list[int]] = field(default_factory=dict)  # Horovod's local ranks are placed by these
     gpus: list[str] = field(default_factory=list)
     launcher: str | None = None  # how engines started here start; None for a connected cluster
+    starting: str = ""  # while the cluster starts in the background (start_on_load): the stage it is in
 
 
 def of_engines(ids, described, *, owned, cluster_id, profile, launcher) -> ClusterStatus:

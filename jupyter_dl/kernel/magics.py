@@ -117,6 +117,8 @@ class CellSyntaxError(DistributeError):
 
 
 def format_status(status: ClusterStatus) -> str:
+    if status.starting:
+        return f"cluster starting in the background ({status.starting}); %%distribute waits for it"
     if not status.running:
         return "no cluster; %%distribute starts a local one, or run %dl_cluster start | connect"
     kind = "started here" if status.owned else "connected"

@@ -38,6 +38,7 @@ def summarize(job, state, baseline_sps=None) -> dict:
         "scaling_efficiency": efficiency,
         "baseline_samples_per_s": baseline_sps,
         "restarts": len(getattr(job, "restarts", [])),
+        "membership": [change["n"] for change in getattr(job, "membership", [])],  # an elastic job's group sizes
         "time_split": state.time_split(),
         "resources": resource_peaks(state.resources),
     }
@@ -107,7 +108,11 @@ def _fmt_rate(value):
 def as_text(s: dict) -> str:
     parts = [
         f"{s['job']}: {s['state']} in {format_duration(s['wall_s'])} "
-        f"on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
+        + (
+            f"on {'→'.join(map(str, s['membership']))} ranks (elastic)"
+            if len(s.get("membership") or []) > 1
+            else f"on {s['ranks']} rank{'s' if s['ranks'] != 1 else ''}"
+        )
         + (f" after {s['restarts']} restart{'s' if s['restarts'] != 1 else ''}" if s.get("restarts") else "")
     ]
     if s["samples_per_s"]:

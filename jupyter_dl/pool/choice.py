@@ -1,11 +1,14 @@
 """Kernel side: which GPU pool a job takes its GPUs from, and the lease that holds them while it runs.
 
-The pool service when one is configured (shared JupyterHub), else the embedded pool this user's kernels share when
-jobs run on this host's own GPU engines, else none (CPU engines, or the embedded pool turned off)."""
+Slurm when the pool is delegated to it (c.SlurmPool.enabled: each job's ranks are one Slurm allocation), else the
+pool service when one is configured (shared JupyterHub), else the embedded pool this user's kernels share when jobs
+run on this host's own GPU engines, else none (CPU engines, or the embedded pool turned off)."""
 
 import contextlib
 
+from jupyter_dl.errors import UsageError
 from jupyter_dl.pool.local import LocalPool
+from jupyter_dl.pool.slurm import SlurmLease, SlurmPool
 
 
 class PoolChoice:
@@ -14,9 +17,12 @@ class PoolChoice:
         self.use_local_pool = use_local_pool
         self.cluster = cluster
         self.local_pool = local_pool
+        self.slurm = SlurmPool(parent=cluster)  # c.SlurmPool.*, from the same config as the cluster's
 
     def active(self):
         """(pool, description), or (None, "") when jobs take no pool's GPUs."""
+        if self.slurm.enabled:
+            return self.slurm, "delegated to Slurm (squeue shows its queue)"
         if self.url:
             from jupyter_dl.pool.client import PoolClient
 
@@ -31,6 +37,10 @@ class PoolChoice:
         from jupyter_dl.pool.lease import PoolLease
 
         pool, _ = self.active()
+        if pool is self.slurm:  # the allocation is the engines: a CPU job needs one too, without GPUs
+            if min_n is not None:
+                raise UsageError("elastic jobs (-n MIN:MAX) do not run through the Slurm pool; give -n one number")
+            return SlurmLease(self.cluster, self.slurm, n, job, stderr, gpus=kind != "cpu")
         if pool is None or kind == "cpu":  # a plan for CPU ranks needs no GPU
             return contextlib.nullcontext()
         if pool is not self.local_pool:

@@ -12,6 +12,7 @@ with every input kind (arrays, datasets, PyDatasets, generators) and the existin
 lost mid-epoch costs the survivors that epoch's progress since the commit.
 """
 
+import contextlib
 import json
 import urllib.request
 
@@ -125,10 +126,69 @@ def pending_change() -> str | None:
     return _read_board(_current_board[0])
 
 
-def change_requested(board_url, rank, epoch) -> str | None:
+def change_requested(board_url, rank, point) -> str | None:
     """At a commit point: the kernel's request, read by rank 0 and heard by every rank in one collective."""
     reason = _read_board(board_url) if rank == 0 else None
-    return backend().broadcast_object(reason, name=f"jdl.elastic.{epoch}")
+    return backend().broadcast_object(reason, name=f"jdl.elastic.{point}")
+
+
+# ------------------------------------------------------------------------------------- custom training loops
+_running: dict = {}  # the elastic job this rank runs now: job_id, board, loops (how many elastic_epochs() calls so far)
+
+
+@contextlib.contextmanager
+def running(job_id, board_url):
+    """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs()."""
+    _running.update(job_id=job_id, board=board_url, loops=0)
+    try:
+        yield
+    finally:
+        _running.clear()
+
+
+def elastic_epochs(count, *objects):
+    """The epochs of a custom training loop, with an elastic job's commit point at the end of each:
+    `for epoch in jupyter_dl.elastic_epochs(10, model, optimizer): ...`. The objects' variables (a model's, an
+    optimizer's, tf/Keras variables) are committed in memory after every epoch; when the job's group changes, the
+    cell runs again and the loop resumes after its last committed epoch, with every rank holding the commit. Outside
+    an elastic job it is range(count)."""
+    if not _running:
+        yield from range(count)
+        return
+    job_id, board, index = _running["job_id"], _running["board"], _running["loops"]
+    _running["loops"] += 1
+    rank = backend().rank_and_size()[0]
+    variables = _variables_of(objects)
+    commit = _COMMITS.get(job_id, {}).get(f"loop-{index}") if rank == 0 else None
+    start = backend().broadcast_object(commit["epoch"] + 1 if commit else 0, name=f"jdl.elastic.loop.{index}")
+    if start:
+        if rank == 0:
+            _assign(variables, commit["values"])
+        backend().broadcast_from_root(variables)
+    for epoch in range(start, count):
+        yield epoch
+        _COMMITS.setdefault(job_id, {})[f"loop-{index}"] = {
+            "epoch": epoch,
+            "values": [np.array(v.numpy()) for v in variables],
+        }
+        if epoch + 1 < count:
+            reason = change_requested(board, rank, f"loop.{index}.{epoch}")
+            if reason:
+                raise MembershipChange(reason, epoch)
+
+
+def _variables_of(objects) -> list:
+    """Every variable the loop trains, in an order that is the same on every rank. An optimizer not built yet (no
+    step taken) is built for the model beside it, so that its slots exist to take a commit."""
+    import keras
+
+    models = [o for o in objects if isinstance(o, keras.Model)]
+    variables = []
+    for obj in objects:
+        if isinstance(obj, keras.optimizers.Optimizer) and not obj.built and models:
+            obj.build([v for model in models for v in model.trainable_variables])
+        variables += list(obj.variables) if hasattr(obj, "variables") else [obj]
+    return variables
 
 
 def _read_board(board_url) -> str | None:

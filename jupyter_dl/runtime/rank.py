@@ -166,6 +166,7 @@ def run(spec: RankSpec) -> dict:
             sampler,
             _dtype_policy(spec.dtype_policy),
             hooks if hooks is not None else contextlib.nullcontext(),
+            elastic.running(spec.job_id, spec.elastic_board) if spec.elastic_board else contextlib.nullcontext(),
         ):
             if spec.mode == "cell":
                 _exec_cell(spec, namespace)

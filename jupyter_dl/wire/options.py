@@ -291,10 +291,6 @@ class RunOptions:
 
     def _check_elastic(self):
         n = f"-n {self.elastic_min}:{self.n}"
-        if self.manual:
-            raise UsageError(
-                f"{n} (elastic) works through the Keras interception, which --manual turns off; use -n {self.n}"
-            )
         if self.recommend:
             raise UsageError(f"{n} (elastic) and --recommend both choose the number of ranks; pick one")
         if self.restarts or self.checkpoint_dir:

@@ -132,10 +132,14 @@ export function tabTitle(kind: string, job: Pick<IJob, 'id' | 'name' | 'created'
   return `${kind}: ${job.name || job.id}${started ? ` · ${started}` : ''}`;
 }
 
-/** `2 ranks · 2 GPUs` (GPUs left out when none were assigned). */
-export function formatRanks(job: Pick<IJob, 'n' | 'gpus' | 'restarts'>): string {
+/**
+ * `2 ranks · 2 GPUs` (GPUs left out when none were assigned); an elastic job whose group changed: `2→4 ranks`,
+ * its groups' sizes in order.
+ */
+export function formatRanks(job: Pick<IJob, 'n' | 'gpus' | 'restarts' | 'membership'>): string {
   const n = finite(job.n) ? job.n : 0;
-  let text = `${n} ${n === 1 ? 'rank' : 'ranks'}`;
+  const sizes = (job.membership ?? []).map(change => change.n);
+  let text = sizes.length > 1 ? `${sizes.join('→')} ranks` : `${n} ${n === 1 ? 'rank' : 'ranks'}`;
   const gpus = job.gpus?.length ?? 0;
   if (gpus > 0) {
     text += ` · ${gpus} ${gpus === 1 ? 'GPU' : 'GPUs'}`;

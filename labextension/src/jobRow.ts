@@ -217,7 +217,10 @@ export class JobRow {
     setText(this._ranks, formatRanks(job));
     const lastRestart = job.restarts?.length ? job.restarts[job.restarts.length - 1] : null;
     const ranks = formatRanks(job);
-    setAttr(this._ranks, 'title', lastRestart ? `${ranks}; last restart: ${lastRestart.reason}` : ranks);
+    // An elastic job's tooltip lists each change with its reason (grew: 2 engines free; lost rank 3 on host-b).
+    const changes = (job.membership ?? []).slice(1).map(change => `${change.n} ranks: ${change.reason}`);
+    const notes = [lastRestart ? `last restart: ${lastRestart.reason}` : '', ...changes].filter(Boolean);
+    setAttr(this._ranks, 'title', notes.length ? `${ranks}; ${notes.join('; ')}` : ranks);
   }
 
   /** The progress bar, its percent and the loss sparkline. */

@@ -71,6 +71,8 @@ export interface IJob {
   progress?: IJobProgress | null;
   /** One entry per restart after a failure (--restarts). */
   restarts?: Array<{ attempt: number; reason: string; t: number }>;
+  /** An elastic job (-n MIN:MAX): one entry per group, the first ("started") included, with why it changed. */
+  membership?: Array<{ n: number; reason: string; t: number }>;
   /** A succeeded job: the names of the models it kept (`jupyter_dl.load_job(id).models`); others: absent. */
   models?: string[];
   /** A finished job's last epoch logs (rank 0), when it reported any. */

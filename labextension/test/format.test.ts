@@ -102,6 +102,11 @@ describe('progress text', () => {
     expect(formatRanks({ n: 1, gpus: [] })).toBe('1 rank');
     expect(formatRanks({ n: 2, gpus: [0, 1] })).toBe('2 ranks · 2 GPUs');
     expect(formatRanks({ n: 4, gpus: [3] })).toBe('4 ranks · 1 GPU');
+    const grew = { n: 2, reason: 'started', t: 1 };
+    expect(formatRanks({ n: 4, gpus: [], membership: [grew, { n: 4, reason: 'grew: 2 engines free', t: 2 }] })).toBe(
+      '2→4 ranks'
+    );
+    expect(formatRanks({ n: 2, gpus: [], membership: [grew] })).toBe('2 ranks');
     expect(formatRanks({ n: 2, gpus: [], restarts: [{ attempt: 1, reason: 'x', t: 0 }] })).toBe(
       '2 ranks · restarted 1×'
     );

@@ -7,6 +7,7 @@ for the kernel's decision where a test needs a change at a known epoch (`elastic
 here depends on how fast engines start on a loaded machine.
 """
 
+import os
 import threading
 import time
 
@@ -141,10 +142,77 @@ def test_the_survivors_of_a_killed_rank_go_on_from_the_last_commit(session, digi
     assert "lost rank 1 on" in capsys.readouterr().err
 
 
+LOOP_CELL = """
+import os
+import keras
+import numpy as np
+import tensorflow as tf
+import jupyter_dl
+from jupyter_dl.runtime.job_backend import backend
+
+keras.utils.set_random_seed(1)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+optimizer = keras.optimizers.Adam(0.002)
+loss_fn = keras.losses.SparseCategoricalCrossentropy()
+runs = []  # the epochs this run of the cell trained
+for epoch in jupyter_dl.elastic_epochs(6, model, optimizer):
+    runs.append(epoch)
+    for start in range(0, len(x_train), 256):
+        x, y = x_train[start:start + 256], y_train[start:start + 256]
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    if KILL and epoch == 3 and backend().rank_and_size()[0] == 1 and not os.path.exists(KILL):
+        open(KILL, "w").close()
+        os._exit(1)
+final_loss = float(loss_fn(y_train, model(x_train)))
+steps = int(optimizer.iterations.numpy())
+"""
+
+
+def test_a_custom_loop_resumes_after_its_last_committed_epoch_on_the_survivors(session, digits, tmp_path):
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"]}
+    fixed = session.runner.run(CellWork(LOOP_CELL, {**namespace, "KILL": ""}, 2), RunOptions(n=2))
+    kill = str(tmp_path / "killed")
+    result = session.runner.run(CellWork(LOOP_CELL, {**namespace, "KILL": kill}, 2), RunOptions(n=(1, 2)))
+    assert os.path.exists(kill) and result.job.membership[1]["reason"].startswith("lost rank 1 on ")
+    assert result.job.state == "succeeded" and result.diverged is None
+    # Rank 1 died after epoch 3's last step, which rank 0 took with it and committed: the survivors' run of the
+    # cell began after epoch 3.
+    assert result.values["runs"] == [4, 5]
+    # Every epoch's steps were taken once in the optimizer's count: the commit holds its iterations too.
+    assert result.values["steps"] == fixed.values["steps"] == 6 * 6
+    assert abs(result.values["final_loss"] - fixed.values["final_loss"]) < 0.1 * fixed.values["final_loss"]
+
+
+def test_a_manual_loop_with_its_own_allreduce_resumes_likewise(session, digits, tmp_path):
+    """A --manual cell averages its gradients itself (jupyter_dl.collectives, on either backend)."""
+    line = "        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), " + (
+        "model.trainable_variables))"
+    )
+    assert line in LOOP_CELL
+    cell = LOOP_CELL.replace(
+        line,
+        "        grads = [collectives.allreduce(g) for g in tape.gradient(loss, model.trainable_variables)]\n"
+        "        optimizer.apply_gradients(zip(grads, model.trainable_variables))",
+    ).replace("import jupyter_dl\n", "import jupyter_dl\nfrom jupyter_dl import collectives\n")
+    kill = str(tmp_path / "killed")
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"], "KILL": kill}
+    result = session.runner.run(CellWork(cell, namespace, 2), RunOptions(n=(1, 2), manual=True))
+    assert os.path.exists(kill) and result.job.membership[1]["reason"].startswith("lost rank 1 on ")
+    assert result.values["runs"] == [4, 5] and result.values["steps"] == 6 * 6
+
+
+def test_elastic_epochs_is_a_plain_range_outside_an_elastic_job():
+    import jupyter_dl
+
+    assert list(jupyter_dl.elastic_epochs(3)) == [0, 1, 2]
+
+
 def test_bad_elastic_options_are_refused_in_one_line_before_anything_starts():
     for options, words in [
         (RunOptions(n=(4, 2)), "MIN <= MAX"),
-        (RunOptions(n=(2, 4), manual=True), "--manual turns off"),
         (RunOptions(n=(2, 4), restarts=1, checkpoint_dir="/tmp/x"), "drop --restarts"),
         (RunOptions(n=(0, 4)), "two positive numbers"),
     ]:
