@@ -449,6 +449,11 @@ class EngineCluster(Configurable):
                 f"{counted(n, 'rank')} requested but this cluster has {counted(self._expected, 'GPU engine')}; "
                 f"use -n {self._expected}"
             )
+        if n > self._expected and self._allocating:  # engines come only with a job's allocation (pool/slurm.py)
+            raise UsageError(
+                f"only {counted(have, 'engine')} of this job's {self._launcher} allocation are left; "
+                "run the cell again for a new allocation"
+            )
         if n > self._expected:
             self._start_engines(n - self._expected)
         self._wait_for(n, progress)
@@ -497,7 +502,7 @@ class EngineCluster(Configurable):
         if not lost_gpus:
             return
         self._expected -= len(lost_gpus)
-        if self.owned and self.cluster is not None:
+        if self.owned and self.cluster is not None and not self._allocating:  # an allocation is not refilled
             # Replacements start now and register while the notebook goes on; the next job waits for them.
             # Each replaces the dead engine on its GPU, so the cluster keeps one engine per GPU.
             refill = engine_sets.gpus_to_refill(lost_gpus, self.devices, self._known.held_gpus())

@@ -65,9 +65,11 @@ def test_a_restart_record_rewinds_like_the_kernel_s_restarted_call():
             by_call.restarted(record["attempt"], record["reason"])
         else:
             by_call.consume([record])
-    assert by_record.restarts == by_call.restarts == [
-        {"attempt": 1, "reason": "rank 0 died", "label": "restart 1", "step": 4, "epoch": 1}
-    ]
+    assert (
+        by_record.restarts
+        == by_call.restarts
+        == [{"attempt": 1, "reason": "rank 0 died", "label": "restart 1", "step": 4, "epoch": 1}]
+    )
     assert by_record.batch_loss.points() == by_call.batch_loss.points()
     assert by_record.global_step == 12
 
