@@ -96,7 +96,7 @@ def main():
     args = parser.parse_args()
     from jupyter_dl.kernel.api import Session
 
-    before, started = load_before(), time.time()
+    before, started = load_before(), time.perf_counter()
     x, y = _digits()
     session = Session()
     session.runner.elastic_grow_wait = 600  # grow once, into both engines
