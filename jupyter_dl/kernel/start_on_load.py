@@ -33,9 +33,10 @@ def start_on_load(shell, session):
     cluster = session.cluster
     if not cluster.start_on_load or not loaded_from_cell(shell):
         return
+    # Not the kernel's own TensorFlow import (runner.warm_up): the user's next cell is likely `import keras`, and two
+    # threads importing TensorFlow at once see half-initialised modules (AttributeError: ... DatasetV2).
     try:
-        if cluster.start_in_background():
-            session.runner.warm_up()  # and the kernel's own TensorFlow and Horovod import, as %dl_cluster start does
+        cluster.start_in_background()
     except Exception as exc:
         why = " ".join(str(exc).split()) or type(exc).__name__
         print(f"[jupyter-dl] the local cluster was not started early ({why})", file=sys.stderr, flush=True)

@@ -22,10 +22,11 @@ from jupyter_dl.runtime.job_backend import backend
 
 # job id -> fit index -> Commit. Only the current job's commits are kept (forget_other_jobs).
 _COMMITS: dict = {}
+_COMMIT_COUNTS: dict = {}  # job id -> commits this rank has made in it: the kernel tells progress from a loop
 BOARD_TIMEOUT_S = 2.0  # rank 0's read of the kernel's request; a board that does not answer means "no change"
 
 
-class MembershipChange(Exception):
+class MembershipChange(BaseException):  # not an Exception: a cell's `except Exception` around fit must not stop it
     """Every rank leaves the cell at the same commit point, for the kernel to run it again on another group."""
 
     def __init__(self, reason, epoch):
@@ -37,6 +38,13 @@ def forget_other_jobs(job_id):
     """A new job on this engine: commits of earlier jobs will never be resumed, and they hold a model's memory."""
     for other in [key for key in _COMMITS if key != job_id]:
         del _COMMITS[other]
+    for other in [key for key in _COMMIT_COUNTS if key != job_id]:
+        del _COMMIT_COUNTS[other]
+
+
+def commit_count(job_id) -> int:
+    """Commits this rank has made in the job so far (every fit epoch and elastic_epochs epoch)."""
+    return _COMMIT_COUNTS.get(job_id, 0)
 
 
 def has_commits(job_id) -> bool:
@@ -72,6 +80,7 @@ class MemoryCommits:
     def save(self, model, epoch, history):
         optimizer = model.optimizer
         rate = _rate_variable(optimizer) if optimizer is not None else None
+        _COMMIT_COUNTS[self.job_id] = _COMMIT_COUNTS.get(self.job_id, 0) + 1
         _COMMITS.setdefault(self.job_id, {})[self.index] = {
             "model": [np.array(v.numpy()) for v in model.variables],
             "optimizer": [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None else [],
@@ -80,10 +89,15 @@ class MemoryCommits:
             "complete": False,
         }
 
-    def mark_complete(self):
-        commit = _COMMITS.get(self.job_id, {}).get(self.index)
-        if commit is not None:
-            commit["complete"] = True
+    def finish(self, model, history):
+        """The fit returned: commit what it ended with (EarlyStopping may have stopped it early and put its best
+        weights back), so that a later run of the cell restores it whole instead of training it again."""
+        states = self.callback_states()
+        self.save(model, len(history["epochs"]) - 1, history)
+        commit = _COMMITS[self.job_id][self.index]
+        commit["complete"] = commit["meta"]["complete"] = True
+        if states is not None:
+            commit["callbacks"] = states
 
     # Callback state (EarlyStopping's best and wait, ReduceLROnPlateau's): the cell's callbacks are new objects on
     # every run of the cell, and their on_train_begin resets them; the commit puts it back after that.
@@ -144,6 +158,7 @@ def running(job_id, board_url):
         yield
     finally:
         _running.clear()
+        _current_board[0] = ""  # pending_change() after the job: no change, without asking a board that is gone
 
 
 def elastic_epochs(count, *objects):
@@ -167,6 +182,7 @@ def elastic_epochs(count, *objects):
         backend().broadcast_from_root(variables)
     for epoch in range(start, count):
         yield epoch
+        _COMMIT_COUNTS[job_id] = _COMMIT_COUNTS.get(job_id, 0) + 1
         _COMMITS.setdefault(job_id, {})[f"loop-{index}"] = {
             "epoch": epoch,
             "values": [np.array(v.numpy()) for v in variables],
@@ -220,8 +236,9 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             states = backend().broadcast_object(commits.callback_states() if resume else None, name="jdl.elastic.cb")
             for index, callback in kept:
                 state = (states or {}).get(index)
-                if state:
-                    object_state.restore(callback, state)
+                if state and "attributes" in state:  # not `params`: Keras set them for this group's steps
+                    attributes = {k: v for k, v in state["attributes"].items() if k != "params"}
+                    object_state.restore(callback, {"attributes": attributes})
 
         def on_epoch_end(self, epoch, logs=None):
             self.history["epochs"].append(epoch)

@@ -150,7 +150,10 @@ class KerasHooks:
             x, y, kwargs = balanced
         self._validation_share = shares["validation"]
         checkpoint, resume = self._checkpoint_for_this_fit()
-        if resume is not None:
+        epochs = kwargs["epochs"] if "epochs" in kwargs else (args[1] if len(args) > 1 else 1)  # fit(x, y, 32, 10)
+        if resume is not None and resume["meta"].get("complete"):
+            kwargs["initial_epoch"] = epochs  # an elastic job's finished fit (EarlyStopping may have ended it early)
+        elif resume is not None:
             kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
             if self.rank == 0 and self.elastic is None:  # an elastic job's kernel says where it resumes
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
@@ -167,7 +170,7 @@ class KerasHooks:
         # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
         last = [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
         if self.elastic is not None:  # after the user's callbacks: a commit holds what they did with the epoch
-            last.append(self._commit_callback(model, kwargs, checkpoint, resume, kept))
+            last.append(self._commit_callback(model, epochs, checkpoint, resume, kept))
         kwargs["callbacks"] = extra + callbacks + last
         with lr_callbacks.in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
             history = self._orig_fit(model, x, y, *args, **kwargs)
@@ -176,7 +179,9 @@ class KerasHooks:
         backend().broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
         if resume is not None:
             _prepend_history(history, resume["meta"]["history"])
-        if checkpoint is not None and (self.rank == 0 or self.elastic is not None):  # elastic: every rank's own
+        if checkpoint is not None and self.elastic is not None:  # every rank's own, as the fit ended
+            checkpoint.finish(model, {"epochs": list(history.epoch), "logs": history.history})
+        elif checkpoint is not None and self.rank == 0:
             checkpoint.mark_complete()
         return history
 
@@ -272,13 +277,11 @@ class KerasHooks:
             )
         return x, y, kwargs
 
-    def _commit_callback(self, model, kwargs, checkpoint, resume, kept):
+    def _commit_callback(self, model, epochs, checkpoint, resume, kept):
         from jupyter_dl.runtime import elastic
 
         _, board, _ = self.elastic
-        return elastic.commit_callback(
-            self._keras, model, checkpoint, resume, kept, board, self.rank, kwargs.get("epochs", 1)
-        )
+        return elastic.commit_callback(self._keras, model, checkpoint, resume, kept, board, self.rank, epochs)
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""

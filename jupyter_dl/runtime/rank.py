@@ -143,7 +143,9 @@ def run(spec: RankSpec) -> dict:
             # A job on another backend after one on TensorFlow's collectives needs the plain context back.
             new_context = spec.options.backend != "tf" and tf_ops.release()
             new_context = job_backend.use(spec.options.backend).init(spec.env) or new_context
-            if new_context:
+            # An elastic job's next group: a survivor's shipped objects may hold what the cell's last run did to them
+            # (a list it appended to, a metric), while a new engine's are fresh; all ranks start from the shipped ones.
+            if new_context or spec.segment:
                 _rebuild_shipped(spec.names_in)
         finally:
             signal.signal(signal.SIGINT, setup_handler)
@@ -208,6 +210,8 @@ def run(spec: RankSpec) -> dict:
     timings["total_s"] = time.perf_counter() - t0
     outcome["timings"] = timings
     outcome["tf_contexts"] = tf_ops.contexts_started()
+    if spec.elastic_board:
+        outcome["commits"] = elastic.commit_count(spec.job_id)
     return outcome
 
 

@@ -151,6 +151,40 @@ def test_the_survivors_of_a_killed_rank_go_on_from_the_last_commit(session, digi
     assert "lost rank 1 on" in capsys.readouterr().err
 
 
+TWO_FITS_CELL = """
+import time
+import keras
+from jupyter_dl.runtime import elastic
+from jupyter_dl.runtime.job_backend import backend
+
+keras.utils.set_random_seed(1)
+
+class WaitForTheKernel(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        rank, size = backend().rank_and_size()
+        if rank == 0 and epoch == 0 and size == 2:
+            deadline = time.monotonic() + 120
+            while not elastic.pending_change() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+# Stops after its second epoch: no loss improves by 100.
+stopped = model.fit(x_train, y_train, epochs=10, verbose=0,
+                    callbacks=[keras.callbacks.EarlyStopping("loss", min_delta=100, patience=1)])
+second = model.fit(x_train, y_train, epochs=4, verbose=0, callbacks=[WaitForTheKernel()])
+"""
+
+
+def test_a_fit_that_early_stopping_ended_is_restored_whole_when_a_later_fit_changes_group(session, digits):
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"]}
+    result = session.runner.run(CellWork(TWO_FITS_CELL, namespace, 2), RunOptions(n=(2, 4)))
+    assert [change["n"] for change in result.job.membership] == [2, 4]
+    # The cell ran twice; its first fit trained 2 epochs on 2 ranks and was restored, not trained on, the second time.
+    assert result.values["stopped"].epoch == [0, 1]
+    assert result.values["second"].epoch == [0, 1, 2, 3]
+
+
 LOOP_CELL = """
 import os
 import keras

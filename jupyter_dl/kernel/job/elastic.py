@@ -3,9 +3,9 @@ and which ranks survive a loss.
 
 The job runs as a sequence of groups. A group ends at a commit point when the kernel asks (engines came free and
 are ready: grow; the GPU pool wants GPUs back for someone waiting: shrink), or when ranks are lost (their engines
-died, or their host went silent): the survivors, if at least MIN, form the next group at once from the commits in
-their memory, and the job grows back as replacement engines come up. Every change is recorded with its reason, for
-the cell, the job store and the panel.
+died, or their host went silent): the survivors form the next group at once from the commits in their memory
+(with free engines, up to MIN at least), and the job grows back as replacement engines come up. Every change is
+recorded with its reason, for the cell, the job store and the panel.
 """
 
 import time
@@ -26,12 +26,21 @@ class ElasticGroups:
         self._pending_check = None  # (engine ids, AsyncResult) of the last readiness look
 
     # --------------------------------------------------------------------------------------- group sizes
+    def usable_engines(self) -> list:
+        """Live engines a group may use: all of them, or with a pool's lease on GPU engines, those pinned to the GPUs
+        it holds (CPU engines take simulated GPUs, one per rank)."""
+        live = self.cluster.engine_ids()
+        if self.lease is None:
+            return live
+        infos = self.cluster.describe(live)
+        if not any(info.get("gpu") for info in infos):
+            return live[: len(self.lease.devices())]
+        held = {(host, str(gpu)) for host, gpu in self.lease.devices()}
+        return [eid for eid, info in zip(live, infos) if (info["hostname"], str(info.get("gpu"))) in held]
+
     def available(self) -> int:
-        """Ranks the next group can have now: free engines (and, with a pool, granted GPUs), at most MAX."""
-        engines = len(self.cluster.engine_ids())
-        if self.lease is not None:
-            engines = min(engines, len(self.lease.devices()))
-        return min(engines, self.max_n)
+        """Ranks the next group can have now: usable engines, at most MAX."""
+        return min(len(self.usable_engines()), self.max_n)
 
     def target(self) -> int:
         """The next group's size: what is available, and no more than the pool's shrink request leaves."""
@@ -64,6 +73,9 @@ class ElasticGroups:
         shrink = self._shrink_request()
         if shrink is not None and shrink[0] < len(ids):
             return f"shrank: {shrink[1]}"
+        if shrink is not None:  # GPUs lent to the job that no rank uses: back at once, no change of group needed
+            self.hold(ids)
+            return None
         if len(ids) >= self.max_n:
             return None
         ready = self._ready_free_engines(ids)
@@ -112,7 +124,13 @@ def survivors(ids, outcomes) -> list:
     failed because a peer was lost), so it holds the last commit. Empty when a rank failed on its own (the cell's
     error: every group would fail the same way)."""
     lost = [o for o in outcomes if o and (o.get("died") or o.get("ename") == "HostLost")]
-    own = [o for o in outcomes if o and not o.get("ok") and not o.get("induced") and o not in lost]
+    own = [o for o in outcomes if o and not o.get("ok") and not _left_after_a_loss(o) and o not in lost]
     if not lost or own:
         return []
-    return [eid for eid, o in zip(ids, outcomes) if o and o.get("induced") and o.get("ename") != "Killed"]
+    return [eid for eid, o in zip(ids, outcomes) if o and _left_after_a_loss(o)]
+
+
+def _left_after_a_loss(outcome) -> bool:
+    """A rank that left because a peer was lost: it failed in a collective the lost rank never finished, or the kernel
+    interrupted it (it was busy outside a collective); its commits are intact either way. Killed ones are gone."""
+    return outcome.get("ename") != "Killed" and (outcome.get("induced") or outcome.get("ename") == "KeyboardInterrupt")

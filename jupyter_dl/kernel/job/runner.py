@@ -96,6 +96,7 @@ class JobRunner(Configurable):
     INTERRUPT_REPEAT = 0.5  # seconds between interrupts while ranks are being stopped
     PEER_PATIENCE = 1.0  # seconds after a rank failed before its peers are interrupted
     PROBE_TIMEOUT = 10.0  # seconds for ranks on other hosts to say which of this host's addresses they reach
+    ELASTIC_FUTILE_LOSSES = 3  # an elastic job that loses ranks this often in a row, no commit between, has failed
 
     resource_interval = Float(
         0.25,
@@ -141,9 +142,18 @@ class JobRunner(Configurable):
                 import plotly.graph_objects  # noqa: F401
             except Exception:
                 pass
+            finally:
+                if builtins.__import__ is waiting:
+                    builtins.__import__ = plain
 
         if not self._backend_checked:
-            threading.Thread(target=check_quietly, daemon=True, name="jdl-warm-up").start()
+            import builtins
+
+            thread = threading.Thread(target=check_quietly, daemon=True, name="jdl-warm-up")
+            plain = builtins.__import__
+            waiting = _imports_wait_for(thread, plain)
+            builtins.__import__ = waiting
+            thread.start()
 
     def run(
         self, work, options: RunOptions, stdout=None, stderr=None, observers: Sequence[JobObserver] = ()
@@ -297,21 +307,24 @@ class JobRunner(Configurable):
     def _elastic_groups(self, jr: JobRun, lease=None):
         """An elastic job (-n MIN:MAX): one group after another, each as large as the engines (and GPUs) free allow,
         until a group ends the cell. A group ends at a commit point when the kernel asks (engines came free, the pool
-        wants GPUs back), or on lost ranks: the survivors, if at least MIN, go on from their commits in memory.
-        Returns the last group's (outcomes, async results, Ending)."""
+        wants GPUs back), or on lost ranks: the survivors go on from their commits in memory, joined by free engines
+        up to MIN. Ranks lost ELASTIC_FUTILE_LOSSES times in a row without a commit between end the job (a cell that
+        kills its rank every time would otherwise loop). Returns the last group's (outcomes, async
+        results, Ending)."""
         job, options = jr.job, jr.options
         assert isinstance(options.n, int) and options.elastic_min is not None  # validate() made MIN:MAX these
         low, high = options.elastic_min, options.n
         groups = ElasticGroups(self.cluster, low, high, lease, self.elastic_grow_wait)
         survivors: list = []
         reason = "started"
+        futile, commits_before = 0, 0  # losses in a row without a commit between them
         while True:
             cold = self.cluster.client is None
             if cold:
                 jr.tell(f"starting the cluster: {counted(high, 'engine')}, training begins with {low}")
             self.cluster.ensure_at_least(low, high, progress=jr.tell if cold else None)
             n = max(low, groups.target())
-            ids = self._elastic_place(n, survivors, lease)
+            ids = self._elastic_place(n, survivors, groups)
             previous = job.n
             job.engine_ids, job.n = ids, n
             job.hosts = [info["hostname"] for info in self.cluster.describe(ids)]
@@ -330,6 +343,11 @@ class JobRunner(Configurable):
             if change:
                 survivors, reason = list(ids), change
             elif ending.status == "failed" and elastic.survivors(ids, outcomes):
+                commits = max(o.get("commits", 0) for o in outcomes if o)
+                futile = futile + 1 if commits <= commits_before else 1
+                commits_before = max(commits, commits_before)
+                if futile >= self.ELASTIC_FUTILE_LOSSES:
+                    return outcomes, ars, ending
                 # Fewer survivors than MIN wait for free engines (replacements are starting) to make up MIN.
                 survivors = elastic.survivors(ids, outcomes)
                 reason = f"lost {_lost_ranks_text(job.hosts, outcomes)}"
@@ -337,13 +355,10 @@ class JobRunner(Configurable):
                 return outcomes, ars, ending
             jr.segment += 1
 
-    def _elastic_place(self, n, survivors, lease=None):
+    def _elastic_place(self, n, survivors, groups):
         """n engines for the next group: the survivors first (rank 0 holds the commit the others receive), their
         host's engines together (Horovod's local ranks); with GPUs from a pool, engines pinned to those."""
-        live = self.cluster.engine_ids()
-        if lease is not None:
-            pinned = set(placement.place(self.cluster, min(len(live), len(lease.devices())), lease.devices()))
-            live = [eid for eid in live if eid in pinned]
+        live = groups.usable_engines()
         chosen = [eid for eid in survivors if eid in live] + [eid for eid in live if eid not in survivors]
         chosen = chosen[:n]
         hosts = [info["hostname"] for info in self.cluster.describe(chosen)]
@@ -411,7 +426,10 @@ class JobRunner(Configurable):
 
                 def on_poll():
                     if board.requested is None:
-                        board.request(groups.wanted_change(ids))
+                        try:
+                            board.request(groups.wanted_change(ids))
+                        except Exception:  # a free engine that died while we looked: the group runs on; look again
+                            pass
 
             outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll)
         finally:
@@ -465,6 +483,23 @@ class JobRunner(Configurable):
         job.timings["results_s"] = time.perf_counter() - t0
         for note in notes:
             print(f"[jupyter-dl] job {job.name!r}: {note}", file=stderr or sys.stderr)
+
+
+def _imports_wait_for(thread, plain_import):
+    """`import` for while the warm-up thread imports TensorFlow: the notebook's own `import keras` (or TensorFlow,
+    Horovod) waits for that thread first, since two threads importing TensorFlow at once see half-initialised modules
+    (AttributeError: ... has no attribute 'DatasetV2'). Before the import machinery takes any module lock, so the
+    thread never waits for one the notebook holds."""
+    import threading
+
+    heavy = ("tensorflow", "keras", "tf_keras", "horovod")
+
+    def waiting(name, *args, **kwargs):
+        if name.partition(".")[0] in heavy and thread.is_alive() and threading.current_thread() is not thread:
+            thread.join()
+        return plain_import(name, *args, **kwargs)
+
+    return waiting
 
 
 def _kernel_identity():
