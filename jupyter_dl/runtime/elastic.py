@@ -47,14 +47,10 @@ def commit_count(job_id) -> int:
     return _COMMIT_COUNTS.get(job_id, 0)
 
 
-def has_commits(job_id) -> bool:
-    return bool(_COMMITS.get(job_id))
-
-
 class MemoryCommits:
     """One fit's commits in this engine's memory, read and written like checkpoints.FitCheckpoint (find, restore,
-    save, mark_complete). The learning rate is kept in single-rank units: the next group may have another size, so
-    another factor (--lr-scale)."""
+    save; finish where a checkpoint has mark_complete). The learning rate is kept in single-rank units: the next
+    group may have another size, so another factor (--lr-scale)."""
 
     def __init__(self, job_id, index, updates):
         self.job_id, self.index, self.updates = job_id, index, updates

@@ -266,7 +266,6 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
     leave the collective when gloo gives up on their peers (Horovod) or the coordination service misses their
     heartbeats (TF), and the job ends with an error, in the bounds the fault suite gives a stall (the configured
     wait + 10 s). The next job runs on host a's engines."""
-    import threading
 
     from jupyter_dl.errors import HostLost
     from jupyter_dl.kernel.job.work import CellWork, FunctionWork
@@ -274,17 +273,7 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
 
     marker = str(tmp_path / "training")
     session.runner.collective_timeout = COLLECTIVE_TIMEOUT
-    cut = {}
-
-    def cut_when_training():
-        deadline = time.monotonic() + 300
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        cut["t"] = time.monotonic()
-        netns.set_link(1, up=False)
-
-    cutter = threading.Thread(target=cut_when_training, daemon=True)
-    cutter.start()
+    cutter, cut = netns.cut_link_when(marker, 1)
     try:
         with pytest.raises(HostLost) as error:
             session.runner.run(

@@ -7,7 +7,6 @@ on failure."""
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import netns
@@ -178,17 +177,8 @@ def test_a_node_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other_node(
     session = magics.session
     session.runner.collective_timeout = COLLECTIVE_TIMEOUT
     job_id, *_ = _engines_job()
-    marker, cut = str(tmp_path / "training"), {}
-
-    def cut_when_training():
-        deadline = time.monotonic() + 300
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        cut["t"] = time.monotonic()
-        netns.set_link(1, up=False)
-
-    cutter = threading.Thread(target=cut_when_training, daemon=True)
-    cutter.start()
+    marker = str(tmp_path / "training")
+    cutter, cut = netns.cut_link_when(marker, 1)
     try:
         with pytest.raises(HostLost) as error:
             session.runner.run(

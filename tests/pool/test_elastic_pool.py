@@ -6,22 +6,15 @@ the pure scheduler with a fake clock, the embedded pool through its state file a
 import time
 
 import pytest
+from manual_clock import ManualClock
 
 from jupyter_dl.pool.gang import GangPool, PoolError, Quota, UnknownTicket
 
 fast = pytest.mark.fast  # all but the hub test: no engines, server or browser
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def _pool(per_host=8, hosts=1, **kwargs):
-    clock = Clock()
+    clock = ManualClock()
     inventory = {f"h{h}": list(range(per_host)) for h in range(hosts)}
     return GangPool(inventory, clock=clock, **kwargs), clock
 

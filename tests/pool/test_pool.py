@@ -2,22 +2,15 @@
 inventory exercises the same code a real one does). Time is a fake clock the tests move."""
 
 import pytest
+from manual_clock import ManualClock
 
 from jupyter_dl.pool.gang import GangPool, PoolError, Quota
 
 pytestmark = pytest.mark.fast  # the quick tier: needs no engines, server or browser
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def _pool(hosts=1, per_host=4, **kwargs):
-    clock = Clock()
+    clock = ManualClock()
     inventory = {f"gpu-host-{h}": list(range(per_host)) for h in range(hosts)}
     return GangPool(inventory, clock=clock, **kwargs), clock
 

@@ -156,6 +156,25 @@ def set_link(index, up):
     sh("ip", "link", "set", f"jdl-veth{index}", "up" if up else "down")
 
 
+def cut_link_when(marker, index, timeout=300):
+    """Cut host `index`'s link as soon as file `marker` exists (a job's cell writes it once it trains), from a thread.
+    Returns (the started thread, a dict whose "t" is time.monotonic() at the cut)."""
+    import threading
+
+    cut: dict = {}
+
+    def when_marked():
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cut["t"] = time.monotonic()
+        set_link(index, up=False)
+
+    thread = threading.Thread(target=when_marked, daemon=True)
+    thread.start()
+    return thread, cut
+
+
 # ------------------------------------------------------------------------------------------------ a slow host
 def slow_down(namespace, cpu_share):
     """Every process on that host gets at most `cpu_share` of one CPU between them (a CFS quota): a host as many

@@ -340,16 +340,17 @@ class JobRunner(Configurable):
             jr.tell(self._phase_text(n, options.backend, cold))
             outcomes, ars, ending = self._execute(jr, ids, groups)
             change = outcomes[0].get("membership_change") if ending.status == "ok" and outcomes[0] else None
+            left = elastic.survivors(ids, outcomes) if ending.status == "failed" else []
             if change:
                 survivors, reason = list(ids), change
-            elif ending.status == "failed" and elastic.survivors(ids, outcomes):
+            elif left:
                 commits = max(o.get("commits", 0) for o in outcomes if o)
                 futile = futile + 1 if commits <= commits_before else 1
                 commits_before = max(commits, commits_before)
                 if futile >= self.ELASTIC_FUTILE_LOSSES:
                     return outcomes, ars, ending
                 # Fewer survivors than MIN wait for free engines (replacements are starting) to make up MIN.
-                survivors = elastic.survivors(ids, outcomes)
+                survivors = left
                 reason = f"lost {_lost_ranks_text(job.hosts, outcomes)}"
             else:
                 return outcomes, ars, ending
