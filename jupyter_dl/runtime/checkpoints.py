@@ -43,11 +43,7 @@ class FitCheckpoint:
             meta = json.loads(str(data["__meta__"]))
             model_values = [data[f"m{i}"] for i in range(meta["model_variables"])]
             optimizer_values = [data[f"o{i}"] for i in range(meta["optimizer_variables"])]
-        _assign(model.variables, model_values, path, "model")
-        if model.optimizer is not None and optimizer_values:
-            if not model.optimizer.built:
-                model.optimizer.build(model.trainable_variables)
-            _assign(model.optimizer.variables, optimizer_values, path, "optimizer")
+        restore_into(model, model_values, optimizer_values, _mismatch(path))
 
     # ----------------------------------------------------------------------------------------------- write
     def save(self, model, epoch, history):
@@ -76,19 +72,40 @@ class FitCheckpoint:
             os.replace(self.path, self.complete_path)
 
 
-def _assign(variables, values, path, what):
+def restore_into(model, model_values, optimizer_values, mismatch):
+    """Assign saved values to the model's variables, then to its optimizer's (built first: a fresh optimizer has no
+    slot variables yet). Shared by checkpoints and elastic commits; `mismatch(what, index, variables, values)` makes
+    each one's own error for another count of variables (index None) or another shape at `index`."""
+    assign_checked(model.variables, model_values, mismatch, "model")
+    if model.optimizer is not None and optimizer_values:
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        assign_checked(model.optimizer.variables, optimizer_values, mismatch, "optimizer")
+
+
+def assign_checked(variables, values, mismatch, what):
+    """Assign values to variables after checking that they fit, all of them, so a mismatch changes nothing here."""
     variables = list(variables)
     if len(variables) != len(values):
-        raise CheckpointMismatch(
-            f"the checkpoint {path} holds {len(values)} {what} variables, this model has "
-            f"{len(variables)}; delete it or pass another --checkpoint-dir"
-        )
+        raise mismatch(what, None, variables, values)
     for i, (variable, value) in enumerate(zip(variables, values)):
         if tuple(variable.shape) != tuple(value.shape):
-            raise CheckpointMismatch(
-                f"the checkpoint {path} does not fit this model ({what} variable {i} "
-                f"'{variable.path}' is {tuple(variable.shape)}, saved {tuple(value.shape)}); "
-                f"delete it or pass another --checkpoint-dir"
-            )
+            raise mismatch(what, i, variables, values)
     for variable, value in zip(variables, values):
         variable.assign(value)
+
+
+def _mismatch(path):
+    def error(what, index, variables, values):
+        if index is None:
+            return CheckpointMismatch(
+                f"the checkpoint {path} holds {len(values)} {what} variables, this model has "
+                f"{len(variables)}; delete it or pass another --checkpoint-dir"
+            )
+        return CheckpointMismatch(
+            f"the checkpoint {path} does not fit this model ({what} variable {index} "
+            f"'{variables[index].path}' is {tuple(variables[index].shape)}, saved {tuple(values[index].shape)}); "
+            f"delete it or pass another --checkpoint-dir"
+        )
+
+    return error

@@ -18,6 +18,7 @@ import urllib.request
 
 import numpy as np
 
+from jupyter_dl.runtime.checkpoints import assign_checked, restore_into
 from jupyter_dl.runtime.job_backend import backend
 
 # job id -> fit index -> Commit. Only the current job's commits are kept (forget_other_jobs).
@@ -63,12 +64,9 @@ class MemoryCommits:
 
     def restore(self, _where, model):
         commit = _COMMITS[self.job_id][self.index]
-        _assign(model.variables, commit["model"])
+        restore_into(model, commit["model"], commit["optimizer"], _rebuilt_differently)
         optimizer = model.optimizer
         if optimizer is not None and commit["optimizer"]:
-            if not optimizer.built:
-                optimizer.build(model.trainable_variables)
-            _assign(optimizer.variables, commit["optimizer"])
             rate = _rate_variable(optimizer)
             if rate is not None and commit["rate"] is not None:
                 rate.assign(self.updates.scaled(commit["rate"]))
@@ -114,17 +112,11 @@ def _rate_variable(optimizer):
     return rate if isinstance(rate, keras.Variable) else None
 
 
-def _assign(variables, values):
-    variables = list(variables)
-    if len(variables) != len(values) or any(
-        tuple(v.shape) != tuple(value.shape) for v, value in zip(variables, values)
-    ):
-        raise RuntimeError(
-            "the cell built a different model on this run than when it committed its state; an elastic job "
-            "runs the cell again after each change, so the model it builds must not depend on the group"
-        )
-    for variable, value in zip(variables, values):
-        variable.assign(value)
+def _rebuilt_differently(*_):
+    return RuntimeError(
+        "the cell built a different model on this run than when it committed its state; an elastic job "
+        "runs the cell again after each change, so the model it builds must not depend on the group"
+    )
 
 
 _current_board: list = [""]  # the running elastic job's board, for pending_change()
@@ -174,7 +166,7 @@ def elastic_epochs(count, *objects):
     start = backend().broadcast_object(commit["epoch"] + 1 if commit else 0, name=f"jdl.elastic.loop.{index}")
     if start:
         if rank == 0:
-            _assign(variables, commit["values"])
+            assign_checked(variables, commit["values"], _rebuilt_differently, "loop")
         backend().broadcast_from_root(variables)
     for epoch in range(start, count):
         yield epoch
