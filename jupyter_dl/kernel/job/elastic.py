@@ -11,6 +11,7 @@ recorded with its reason, for the cell, the job store and the panel.
 import time
 
 from jupyter_dl.cluster.size_checks import counted
+from jupyter_dl.kernel.job.placement import gpu_key, gpu_keys, gpu_of
 from jupyter_dl.wire import remote
 
 
@@ -35,8 +36,8 @@ class ElasticGroups:
         infos = self.cluster.describe(live)
         if not any(info.get("gpu") for info in infos):
             return live[: len(self.lease.devices())]
-        held = {(host, str(gpu)) for host, gpu in self.lease.devices()}
-        return [eid for eid, info in zip(live, infos) if (info["hostname"], str(info.get("gpu"))) in held]
+        held = gpu_keys(self.lease.devices())
+        return [eid for eid, info in zip(live, infos) if gpu_of(info) in held]
 
     def available(self) -> int:
         """Ranks the next group can have now: usable engines, at most MAX."""
@@ -53,8 +54,8 @@ class ElasticGroups:
         held = self.lease.devices()
         pinned = self.cluster.describe(ids)
         if any(info.get("gpu") for info in pinned):
-            wanted = {(info["hostname"], str(info.get("gpu"))) for info in pinned}
-            keep = [(host, gpu) for host, gpu in held if (host, str(gpu)) in wanted]
+            wanted = {gpu_of(info) for info in pinned}
+            keep = [(host, gpu) for host, gpu in held if gpu_key(host, gpu) in wanted]
         else:  # CPU engines (GPUs simulated by the pool): any of them, one per rank
             keep = held[: len(ids)]
         if len(keep) < len(held) and self._shrink_request() is not None:

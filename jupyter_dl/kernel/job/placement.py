@@ -5,6 +5,20 @@ from jupyter_dl.errors import UsageError
 from jupyter_dl.wire import payload, remote
 
 
+def gpu_key(host, gpu):
+    """A GPU as both the pool (which grants (host, gpu) pairs) and the engines (pinned to one) can name it."""
+    return host, str(gpu)
+
+
+def gpu_of(info):
+    """The GPU an engine is pinned to (its describe() info), as gpu_key names it."""
+    return gpu_key(info["hostname"], info.get("gpu"))
+
+
+def gpu_keys(granted):
+    return {gpu_key(host, gpu) for host, gpu in granted}
+
+
 def place(cluster, n, granted=None, kind=None):
     """Choose n engines, grouped by host so each host's ranks are contiguous (Horovod's local ranks). With GPUs
     granted by the pool, the engines pinned to exactly those GPUs (engines on CPU clusters are not pinned);
@@ -21,9 +35,9 @@ def place(cluster, n, granted=None, kind=None):
                 f"{counted(len(pairs), 'such engine')} ({found}); add engines of that kind or run without --recommend"
             )
     if granted and any(info.get("gpu") for _, info in pairs):
-        wanted = {(host, str(gpu)) for host, gpu in granted}
-        pinned = {(info["hostname"], info.get("gpu")) for _, info in pairs}
-        pairs = [(eid, info) for eid, info in pairs if (info["hostname"], info.get("gpu")) in wanted]
+        wanted = gpu_keys(granted)
+        pinned = {gpu_of(info) for _, info in pairs}
+        pairs = [(eid, info) for eid, info in pairs if gpu_of(info) in wanted]
         if len(pairs) < n:
             raise UsageError(
                 f"the pool granted GPUs {sorted(wanted)}, but the cluster's engines are pinned to "
