@@ -6,6 +6,10 @@ kind of machine you can (on a GPU machine it records that GPU's name as the devi
 
     .venv/bin/python scripts/collect_profiles.py [--batch-sizes 16,32,64,128,256] [--rounds 7] [--window 0.15]
         [--models mlp-64x2,...] [--out jupyter_dl/data/profiles]
+    .venv/bin/python scripts/collect_profiles.py --refresh-features [--out jupyter_dl/data/profiles]
+
+`--refresh-features` times nothing: it takes the features of every zoo model in the stored profiles again with
+today's model_features (after a feature was added) and keeps their measured rows, so no re-timing on a busy machine.
 
 Timing is meant to survive a busy machine (tests running beside it): see `collect`. TensorFlow's thread defaults are
 kept, as an engine runs with them; one inter-op thread made repeated collections differ more, not less.
@@ -156,6 +160,25 @@ def prepare(build, batch_sizes):
     return model, model_features(model).as_dict(), {b: (x[:b], y[:b]) for b in batch_sizes}
 
 
+def refresh_features(out):
+    """Rewrite every stored profile's features from the zoo's builders; the timed rows stay as they were."""
+    import keras
+
+    from jupyter_dl.wire.model_features import model_features
+
+    builders = dict(zoo())
+    for path in sorted(pathlib.Path(out).glob("*.json")):
+        profile = json.loads(path.read_text())
+        unknown = [m["name"] for m in profile["models"] if m["name"] not in builders]
+        if unknown:
+            raise SystemExit(f"{path}: models {unknown} are not in the zoo; collect that profile again instead")
+        for entry in profile["models"]:
+            keras.utils.set_random_seed(0)
+            entry["features"] = model_features(builders[entry["name"]]()[0]).as_dict()
+        path.write_text(json.dumps(profile, indent=1))
+        print(f"refreshed the features of {len(profile['models'])} models in {path}")
+
+
 def window(model, batch, steps):
     """Mean seconds of one step over `steps` back-to-back train steps."""
     start = time.perf_counter()
@@ -210,7 +233,12 @@ def main():
     parser.add_argument("--window", type=float, default=0.15, help="seconds of steps per timed window")
     parser.add_argument("--models", default="", help="comma-separated names: profile only these zoo models")
     parser.add_argument("--out", default=str(ROOT / "jupyter_dl" / "data" / "profiles"))
+    parser.add_argument(
+        "--refresh-features", action="store_true", help="re-take the stored models' features; time nothing"
+    )
     args = parser.parse_args()
+    if args.refresh_features:
+        return refresh_features(args.out)
     import tensorflow as tf
 
     from jupyter_dl.runtime.probe import device_kind

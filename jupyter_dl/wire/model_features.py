@@ -1,8 +1,8 @@
 """What the estimator knows about a Keras model without running it: parameters, forward FLOPs and activations per
-sample, layer counts by kind, input size, and per group of layers the FLOPs, layers and elements read and written;
-for recurrent layers also the operations their loops launch and the elements those write. FLOPs count multiply-adds
-as two; layers we do not model count as one operation per output element (cheap elementwise work), which is right
-for activations, pooling, normalisation."""
+sample, layer counts by kind, input size, and per group of layers the FLOPs, layers, weights and elements read
+and written; for recurrent layers also the operations their loops launch and the elements those write. FLOPs count
+multiply-adds as two; layers we do not model count as one operation per output element (cheap elementwise work),
+which is right for activations, pooling, normalisation."""
 
 import math
 from dataclasses import asdict, dataclass, field
@@ -23,6 +23,7 @@ class ModelFeatures:
     traffic_by_group: dict = field(default_factory=dict)  # group -> elements read and written per sample (forward)
     loop_launches: int = 0  # operations recurrent loops run in a forward pass (loop body x time steps)
     loop_elements: int = 0  # elements per sample those operations write
+    params_by_group: dict = field(default_factory=dict)  # group -> trainable weights (a dense one is read by matmuls)
 
     def as_dict(self):
         return asdict(self)
@@ -109,6 +110,7 @@ def model_features(model) -> ModelFeatures:
     groups = dict.fromkeys(GROUPS, 0.0)
     counts = dict.fromkeys(GROUPS, 0)
     traffic = dict.fromkeys(GROUPS, 0)
+    weights = dict.fromkeys(GROUPS, 0)
     flops = activations = 0.0
     steps = longest = hidden = 0
     for layer in layers:
@@ -118,6 +120,7 @@ def model_features(model) -> ModelFeatures:
         flops += layer_cost
         groups[group] += layer_cost
         counts[group] += kind not in RESHAPES
+        weights[group] += sum(math.prod(w.shape) for w in layer.trainable_weights)
         try:
             kept = _elements(_shape(layer.output)) + _hidden_elements(layer)
             activations += kept
@@ -158,6 +161,7 @@ def model_features(model) -> ModelFeatures:
         traffic_by_group=traffic,
         loop_launches=int(loop_launches),
         loop_elements=int(loop_elements),
+        params_by_group={g: int(n) for g, n in weights.items()},
     )
 
 

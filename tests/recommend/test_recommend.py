@@ -26,6 +26,14 @@ def test_features_count_flops_params_and_layers_of_a_known_model():
     assert f.flops_by_group["conv"] == conv and f.flops_by_group["dense"] == dense
     assert f.params == (3 * 3 * 1 * 4 + 4) + (144 * 10 + 10) and f.layers == 3 and f.input_size == 64
     assert f.kinds == {"Conv2D": 1, "Flatten": 1, "Dense": 1}
+    # weights by group: the estimator prices a dense weight (read by matmuls, then updated) apart from others
+    assert f.params_by_group == {
+        "dense": 144 * 10 + 10,
+        "conv": 3 * 3 * 1 * 4 + 4,
+        "rnn": 0,
+        "attention": 0,
+        "other": 0,
+    }
 
 
 def test_dl_recommend_probes_the_model_on_an_engine(shell, digits):
