@@ -320,6 +320,10 @@ class EngineCluster(Configurable):
         engines start elsewhere than here. The next command that needs the cluster adopts it (or stops it)."""
         if self.client is not None or self._background is not None or self.engines.lower() != "local":
             return False
+        from jupyter_dl.pool.slurm import SlurmPool
+
+        if SlurmPool(parent=self).enabled:  # each job's engines are its own Slurm allocation: none start here
+            return False
         n, launcher, devices = self._request(None, "all", None)
         size_checks.check_new_cluster(n, launcher, devices, "all", self.max_cpu_ranks)
         self._background = BackgroundStart(EngineCluster(parent=self), n, (n, launcher, devices))

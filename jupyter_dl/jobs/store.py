@@ -53,6 +53,16 @@ class JobStore(Configurable):
         return pathlib.Path(self.root) / job_id
 
     # ------------------------------------------------------------------------------------------------ write
+    def _private_dir(self, job_id) -> pathlib.Path:
+        """The job's directory, searchable by its user only: a store may be shared by every user (c.JobStore.root),
+        and what a job writes (metrics, logs, its cell's source, models) is that user's alone. Files in it are
+        0600 too (mkstemp's mode, or the mode given), for a directory someone opened later."""
+        directory = self.job_dir(job_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        if directory.stat().st_mode & 0o077:
+            directory.chmod(0o700)
+        return directory
+
     def save(self, job: Job, progress_only=False):
         """Write job.json atomically. Progress-only updates are rate-limited; state changes always land."""
         now = self._clock()
@@ -60,21 +70,19 @@ class JobStore(Configurable):
         if progress_only and last is not None and now - last < self.save_interval:
             return
         self._last_save[job.id] = now
-        directory = self.job_dir(job.id)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = self._private_dir(job.id)
         _atomic_write(directory / "job.json", json.dumps(job.to_dict(), default=str))
 
     def append_metrics(self, job_id, records):
         if not records:
             return
-        directory = self.job_dir(job_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / "metrics.jsonl", "a", encoding="utf-8") as f:
+        path = self._private_dir(job_id) / "metrics.jsonl"
+        with open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8") as f:
             f.write("".join(json.dumps(r, default=float) + "\n" for r in records))
 
     def write_logs(self, job_id, texts_by_rank, stream="stdout"):
-        directory = self.job_dir(job_id) / "logs"
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = self._private_dir(job_id) / "logs"
+        directory.mkdir(mode=0o700, exist_ok=True)
         for rank, text in texts_by_rank.items():
             # Native lines (TensorFlow/absl, gloo) arrive tagged from the ranks; the log keeps them as plain lines.
             _atomic_write(directory / f"rank{rank}.{stream}.log", untag_native(text))

@@ -186,10 +186,21 @@ class SlurmLease:
                 return
 
 
-def node_gpus() -> int:
-    """The most GPUs (gres gpu) one Slurm node has, 0 without any."""
-    counts = [_gpu_count(g) for g in _run(["sinfo", "-h", "-N", "-o", "%G"]).split()]
-    return max(counts, default=0)
+def node_gpus(attempts=3) -> int:
+    """The most GPUs (gres gpu) one Slurm node has, 0 without any. sinfo failing (slurmctld busy, unreachable) is
+    not "no GPUs": asked again, then PoolError with sinfo's own words."""
+    for attempt in range(attempts):
+        try:
+            done = subprocess.run(["sinfo", "-h", "-N", "-o", "%G"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+        else:
+            if done.returncode == 0:
+                return max((_gpu_count(g) for g in done.stdout.split()), default=0)
+            why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        if attempt + 1 < attempts:
+            time.sleep(1)
+    raise PoolError(f"sinfo failed ({why}): check that Slurm's controller answers (`sinfo`), then run the cell again")
 
 
 def _gpu_count(gres: str) -> int:

@@ -172,15 +172,20 @@ class ClusterStopHandler(_Base):
 
     @web.authenticated
     @authorized
-    def delete(self, cluster_id):
-        return self._call(self._stop, cluster_id, status=202)
+    async def delete(self, cluster_id):
+        from jupyter_dl.server.owners import notebooks_by_kernel_pid
 
-    def _stop(self, cluster_id):
+        # On a hub, only a cluster of this user's kernels (servers of one uid share their cluster files).
+        kernels = with_child_processes(await notebooks_by_kernel_pid(self.serverapp)) if self.viewer else {}
+        return self._call(self._stop, cluster_id, set(kernels), status=202)
+
+    def _stop(self, cluster_id, kernel_pids):
         import asyncio
 
         import ipyparallel as ipp
 
-        cluster = ipp.Cluster.from_file(self.service.cluster_file(cluster_id), log=self.log)
+        path = self.service.cluster_file(cluster_id, viewer=self.viewer, kernel_pids=kernel_pids)
+        cluster = ipp.Cluster.from_file(path, log=self.log)
         task = asyncio.ensure_future(cluster.stop_cluster())
         _stopping.add(task)  # the loop holds tasks weakly: keep each until it is done
         task.add_done_callback(lambda done: self._stopped(cluster_id, done))

@@ -262,14 +262,26 @@ class JobService:
                 return self._present(record).get("notebook")
         return None
 
-    def cluster_file(self, cluster_id):
-        """The cluster file of a running cluster, to stop it; NotFound when no such cluster runs."""
+    def cluster_file(self, cluster_id, viewer=None, kernel_pids=()):
+        """The cluster file of a running cluster, to stop it; NotFound when no such cluster runs. With a `viewer`
+        (a hub's user), only a cluster that user's kernels started: one of this server's kernels (`kernel_pids`) or
+        a kernel that ran one of the viewer's jobs here. Servers of one uid share cluster files, so the file being
+        readable says nothing; another user's cluster is reported exactly like a missing one."""
         from jupyter_dl.server.cluster_info import clusters
 
-        for cluster in clusters():
-            if cluster["cluster_id"] == cluster_id:
-                return cluster["cluster_file"]
-        raise NotFound(f"no running cluster {cluster_id!r}")
+        found = next((c for c in clusters() if c["cluster_id"] == cluster_id), None)
+        if found is not None and (viewer is None or self._started_by(found, viewer, kernel_pids)):
+            return found["cluster_file"]
+        raise NotFound(f"no running cluster {cluster_id!r}; list yours at /jupyter-dl/api/cluster")
+
+    def _started_by(self, cluster, viewer, kernel_pids) -> bool:
+        pid, host = cluster["owner_pid"], socket.gethostname()
+        if pid is None:  # not started by a jupyter-dl kernel: no owner to check
+            return False
+        return pid in kernel_pids or any(
+            r.get("kernel_pid") == pid and r.get("kernel_host") in (None, host) and r.get("user") == viewer
+            for r in self.store.records()
+        )
 
 
 def notebook_path(path, root_dir):

@@ -17,6 +17,8 @@ host a network namespace with its own hostname and address (tests/support/netns.
   CUDA_VISIBLE_DEVICES). Character device nodes with /dev/null's numbers are accepted fully: a job asking for
   --gres=gpu:1 gets CUDA_VISIBLE_DEVICES=0 on each node (`gres_accepted()`). No GPU work can run on them, so the
   jobs that train ask for no GPUs.
+- The backfill pass, which is what estimates when a waiting job starts (shown by the pool), runs every 5 s instead
+  of Slurm's 30 s, so a test does not wait half a minute for an estimate.
 - SlurmdTimeout stays Slurm's default (300 s): a node cut off mid-job is noticed by jupyter-dl long before Slurm
   marks it down.
 
@@ -93,6 +95,7 @@ SlurmdLogFile={root}/log/slurmd-%n.log
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd-%n.pid
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -166,7 +169,8 @@ def _tail(root, name):
 def nodes(root):
     """The namespaces, munged, slurmctld on the head and a slurmd per node, state under root; SLURM_CONF set for
     this process (ipyparallel's launcher runs sbatch from here). Yields {"root", "conf", "logs"}; everything is
-    removed on the way out."""
+    removed on the way out. Where other users' commands read the config, root must be outside pytest's base
+    directory: each pytest started on the machine makes that 0700 again."""
     import pytest
 
     reason = missing_packages()
@@ -197,6 +201,13 @@ def nodes(root):
         else:
             os.environ["SLURM_CONF"] = old
         shutil.rmtree(root, ignore_errors=True)
+
+
+def story(root) -> str:
+    """What Slurm knows of every job it still holds (state, reason, start and end times, requeues) and the end of
+    slurmctld's log: what an assertion about scheduling shows when it fails."""
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True).stdout
+    return f"scontrol show job:\n{jobs}\nslurmctld log: {_tail(root, 'slurmctld.log')}"
 
 
 def gres_accepted() -> str:

@@ -113,3 +113,25 @@ def _exists(uid):
         return True
     except KeyError:
         return False
+
+
+def become(account):
+    """A subprocess.Popen preexec_fn: the child runs as `account` (its groups, gid, then uid), and dies with pytest
+    (set after the switch, which clears a parent-death signal set before)."""
+    from process_guard import die_with_pytest
+
+    def preexec():
+        os.initgroups(account.pw_name, account.pw_gid)
+        os.setgid(account.pw_gid)
+        os.setuid(account.pw_uid)
+        die_with_pytest()
+
+    return preexec
+
+
+def environment(account, **extra):
+    """The environment `account` starts with, as a hub's spawner gives it: PATH and the locale from here (not the
+    rest: the test's own IPYTHONDIR and Jupyter directories are root's), its home, name and shell, plus `extra`."""
+    kept = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL") if name in os.environ}
+    home = {"HOME": account.pw_dir, "USER": account.pw_name, "LOGNAME": account.pw_name, "SHELL": "/bin/sh"}
+    return {**kept, **home, **extra}
