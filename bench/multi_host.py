@@ -91,6 +91,63 @@ def tcp_seconds(mb, repeats):
         sink.wait(30)
 
 
+def tcp_both_ways_seconds(mb, repeats):
+    """Seconds until `mb` MiB have gone from host a to host b AND from b to a, both transfers at once (what an
+    allreduce of 2 ranks moves: each rank sends and receives the buffer's size), each of `repeats` tries."""
+    sinks, sources = [], []
+    try:
+        for (namespace, hostname, _, address), port in zip(HOSTS[:2], (TCP_PORT + 1, TCP_PORT + 2)):
+            sink = subprocess.Popen(
+                netns.in_host(namespace, hostname, [sys.executable, "-c", TCP_SINK, address, str(port), str(repeats)]),
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            sinks.append(sink)
+            assert sink.stdout.readline().strip() == "ready"
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            sources = [
+                subprocess.Popen(
+                    netns.in_host(
+                        HOSTS[i][0],
+                        HOSTS[i][1],
+                        [sys.executable, "-c", TCP_SOURCE, HOSTS[1 - i][3], str(port), str(mb << 20), "1"],
+                    ),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for i, port in ((0, TCP_PORT + 2), (1, TCP_PORT + 1))
+            ]
+            for source in sources:
+                source.wait(120)
+            times.append(time.perf_counter() - start)  # includes two interpreter starts: an upper bound
+            # The sources' own clocks (connect to last byte acknowledged) exclude the start; the slower one counts.
+            times[-1] = max(float(source.stdout.read().split()[0]) for source in sources)
+        return times
+    finally:
+        for sink in sinks:
+            sink.wait(30)
+
+
+def reduce_and_copy_seconds(mb, repeats):
+    """Seconds for the arithmetic and copies of a 2-rank allreduce of `mb` MiB, in one process: copying the tensor
+    into and out of the fusion buffer, and summing the half each rank reduces."""
+    import numpy as np
+
+    tensor = np.ones((mb << 20) // 4, dtype=np.float32)
+    fusion = np.empty_like(tensor)
+    half = tensor.size // 2
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(fusion, tensor)
+        np.add(fusion[:half], tensor[half:], out=fusion[:half])
+        np.copyto(tensor, fusion)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def allreduce_seconds(mb, repeats):
     """On each rank: seconds per allreduce of an `mb` MiB float32 tensor, after one untimed warm-up."""
     import time
@@ -186,6 +243,8 @@ def main():
     cluster = None
     try:
         tcp = tcp_seconds(args.mb, args.repeats)
+        both_ways = tcp_both_ways_seconds(args.mb, args.repeats)
+        arithmetic = reduce_and_copy_seconds(args.mb, args.repeats)
         cluster = Namespaces(tempfile.mkdtemp(prefix="jdl-bench-multihost-"))
         cluster.add_engine(0)
         cluster.add_engine(1)  # engine 0 on host a, engine 1 on host b
@@ -218,6 +277,19 @@ def main():
         f"(best of {args.repeats} x {mib} MiB; {allreduce_best * 1000:.0f} ms each)"
     )
     print(f"gloo / TCP: {gloo_mibps / tcp_mibps:.2f}")
+    # What caps it on this machine: both directions share the CPUs that move the bytes (veths copy in the kernel), and
+    # the allreduce adds its own copies and sums on the same CPUs.
+    both_best, arithmetic_best = min(both_ways), min(arithmetic)
+    floor = both_best + arithmetic_best
+    print(
+        f"plain TCP, a -> b and b -> a at once:       {mib / both_best:8.0f} MiB/s each way "
+        f"({both_best * 1000:.0f} ms for {mib} MiB each way)"
+    )
+    print(
+        f"the allreduce's copies and sums, one process: {arithmetic_best * 1000:.0f} ms; TCP both ways + these = "
+        f"{floor * 1000:.0f} ms, a floor of {mib / floor:.0f} MiB/s"
+    )
+    print(f"gloo / that floor: {floor / allreduce_best:.2f}")
     print(
         f"small job (digits, {args.epochs} epochs, 2 ranks): 2 hosts x 1 rank {two_hosts:.1f}s, "
         f"1 host x 2 ranks {one_host:.1f}s; 2 hosts / 1 host: {two_hosts / one_host:.2f}"
@@ -233,6 +305,9 @@ def main():
             "tcp_mib_per_s": tcp_mibps,
             "gloo_bus_mib_per_s": gloo_mibps,
             "gloo_over_tcp": gloo_mibps / tcp_mibps,
+            "tcp_both_ways_s": both_ways,
+            "reduce_and_copy_s": arithmetic,
+            "gloo_over_floor": floor / allreduce_best,
             "epochs": args.epochs,
             "job_2_hosts_x_1_rank_s": two_hosts,
             "job_1_host_x_2_ranks_s": one_host,
