@@ -29,7 +29,7 @@ def job_figures(job, state, template) -> dict:
         None if ended_untrained else resources_figure.figure(state.resources, template, loss_figure.FIGURE_WIDTH)
     )
     return {
-        "loss": _plotly(loss_figure.figure(state, title, template, raw=True)),
+        "loss": _plotly(loss_figure.figure(state, title, template, raw=True, membership=_membership(job))),
         "note": note,
         "resources": _plotly(resources),
         "epochs": epochs[-EPOCH_ROWS:],
@@ -41,6 +41,11 @@ def job_figures(job, state, template) -> dict:
             "restarts": len(state.restarts),
         },
     }
+
+
+def _membership(job) -> list:
+    """An elastic job's groups from its record ([] for a fixed-size job, and in records written before elastic jobs)."""
+    return getattr(job, "membership", None) or []
 
 
 def no_data_note(job, state):

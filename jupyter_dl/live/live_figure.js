@@ -5,10 +5,36 @@
 //
 // A redraw blocks the page for as long as plotly.js takes (50-100 ms, several times that on a loaded machine), so
 // redraws keep a gap of at least MIN_GAP_MS and four times the last redraw's own time, never overlap, take the
-// newest data, and wait while the figure is scrolled out of view.
+// newest data, and wait while the figure is scrolled out of view. The figures of a page take turns, one per frame:
+// two drawn in one frame held the page for both. The figure's box is fixed and contained (CSS `contain: strict`):
+// plotly.js measures text between its DOM changes, and each measurement made the browser lay out the whole
+// notebook again, not only the figure.
 
 const MIN_GAP_MS = 1000;
 const GAP_PER_DRAW = 4;
+const TURNS = "__jupyterDlLiveFigureTurns"; // on globalThis: the page's figures draw one after another
+
+function nextFrame() {
+  return new Promise((resolve) =>
+    (globalThis.requestAnimationFrame || ((fn) => setTimeout(fn, 0)))(() => resolve()),
+  );
+}
+
+// Runs `draw` in a frame of its own once the figures before it drew.
+function inTurn(draw) {
+  const turn = (globalThis[TURNS] || Promise.resolve()).then(nextFrame).then(draw);
+  globalThis[TURNS] = turn.catch(() => undefined);
+  return turn;
+}
+
+// The layout's fixed height as the element's own (its width is the cell's, as the static copy's that replaces it),
+// so that what plotly.js changes inside leaves the page's layout be.
+function contain(el, layout) {
+  if (typeof layout.height === "number") {
+    el.style.height = `${layout.height}px`;
+    el.style.contain = "strict";
+  }
+}
 const NO_PLOTLY =
   "The live figure needs the jupyter-dl JupyterLab extension (and plotly's); the final figure appears when the job ends.";
 
@@ -47,6 +73,7 @@ function render({ model, el }) {
         // A copy: plotly writes into the layout it draws (ranges), and the model's value must stay as it came.
         layout = JSON.parse(JSON.stringify(model.get("figure_layout") || {}));
         layout.uirevision = "live"; // a zoom or a legend click survives the redraws
+        contain(el, layout);
       }
       layout.datarevision = ++revision; // the traces are new arrays each time
       const data = (model.get("figure_data") || []).map((trace) => ({
@@ -74,10 +101,7 @@ function render({ model, el }) {
       return;
     }
     const wait = Math.max(0, notBefore - performance.now());
-    timer = setTimeout(
-      () => (globalThis.requestAnimationFrame || ((fn) => fn()))(draw),
-      wait,
-    );
+    timer = setTimeout(() => inTurn(draw), wait);
   }
 
   function layoutChanged() {

@@ -29,13 +29,15 @@ MIN_SAMPLES = 2  # a line needs two points
 
 
 def resource_layout(template, width, title="resources per rank"):
-    from jupyter_dl.live.theme import frame
+    from jupyter_dl.live.theme import QUICK_AXIS, QUICK_X_AXIS, frame
 
     return dict(
         **frame(template, title, 12, dict(l=50, r=60, t=30, b=40), width=width, height=HEIGHT),
-        xaxis=dict(title="seconds since the job's first sample"),
-        yaxis=dict(title="% (100 = one core)", rangemode="tozero"),
-        yaxis2=dict(title="MB", overlaying="y", side="right", showgrid=False, tickmode="auto", rangemode="tozero"),
+        xaxis=dict(title="seconds since the job's first sample", **QUICK_X_AXIS),
+        yaxis=dict(title="% (100 = one core)", rangemode="tozero", **QUICK_AXIS),
+        yaxis2=dict(
+            title="MB", overlaying="y", side="right", showgrid=False, tickmode="auto", rangemode="tozero", **QUICK_AXIS
+        ),
         legend=dict(orientation="h", y=-0.35, font=dict(size=10)),
     )
 

@@ -28,6 +28,9 @@ RATE_HELP = (
     f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
     f"gives the average over the whole fit"
 )
+# Points per series in the cell's live figure (the static copy at the end and the panel draw up to the state's
+# budget): plotly.js builds each redraw's path and the widget sends each series again every second.
+LIVE_POINTS = 500
 ETA_TIME_CONSTANT_S = 10.0  # the ETA label follows a new estimate over about this long, not at every redraw
 
 
@@ -46,7 +49,13 @@ class LiveView:
     """One job's view in its cell; the job runner tells it what happens (a JobObserver, kernel/job/observer.py)."""
 
     def __init__(
-        self, template="plotly_white", show_plot=True, refresh_interval=0.1, baseline_sps=None, figure_interval=1.0
+        self,
+        template="plotly_white",
+        show_plot=True,
+        refresh_interval=0.1,
+        baseline_sps=None,
+        figure_interval=1.0,
+        resources_interval=3.0,
     ):
         self.template = template
         self.baseline_sps = baseline_sps  # samples/s of a single-rank run of the same work, if one ran
@@ -56,9 +65,12 @@ class LiveView:
         # The figure: each redraw costs the browser 50-100 ms of plotly.js (several times that on a loaded machine),
         # for a curve that moves little in a second.
         self.figure_interval = figure_interval
-        self._figure_at = -math.inf
+        # The resources figure: a second redraw as costly as the loss', for lines that move little in a few seconds.
+        self.resources_interval = resources_interval
+        self._figure_at = self._resources_at = -math.inf
         self.widget = None  # the live loss figure (live_figure.LiveFigure), from the first step on
         self._title = None  # set when the ranks start
+        self._job = None  # the job, from when its ranks start: an elastic job's membership grows as it runs
         self._loss_spec = None  # the loss figure as last drawn, a plotly dict
         self._figure = None
         self._marks_drawn = None
@@ -102,6 +114,7 @@ class LiveView:
             return
         self._progress_area()  # shown already when the job runner reported a cold start
         self._title = loss_figure.title_of(job.name, job.n)
+        self._job = job
         job_id = getattr(job, "id", None)
         if job_id:  # the panel's Notebook button finds the running job's cell by it
             self._box.add_class(job_class(job_id))
@@ -122,8 +135,11 @@ class LiveView:
             return
         self._figure_at = now
         self._draw_loss(state, create=not final)
-        # Samples come about once a second: resend the resource series only when they grew.
-        if state.resource_samples != self._resource_samples_drawn:
+        # Samples come about once a second: resend the resource series only when they grew, and not at every redraw.
+        if state.resource_samples != self._resource_samples_drawn and (
+            force or now - self._resources_at >= self.resources_interval
+        ):
+            self._resources_at = now
             self._resource_samples_drawn = state.resource_samples
             if self.resources.update(state.resources, create=not final):
                 self._box.children = [*self._box.children, self.resources.widget]
@@ -131,19 +147,18 @@ class LiveView:
         self.refresh_latencies.extend(drawn - t for t in state.take_undrawn())
 
     def _draw_loss(self, state, create=True):
-        traces = loss_figure.traces(state)
+        membership = getattr(self._job, "membership", None) or []
+        layout = loss_figure.layout(self._title, self.template, loss_figure.is_elastic(membership))
+        traces = loss_figure.traces(state, membership=membership, max_points=LIVE_POINTS if create else None)
         shapes, annotations = loss_figure.shapes(state), loss_figure.annotations(state)
-        self._loss_spec = {
-            "data": traces,
-            "layout": {**loss_figure.layout(self._title, self.template), "shapes": shapes, "annotations": annotations},
-        }
+        self._loss_spec = {"data": traces, "layout": {**layout, "shapes": shapes, "annotations": annotations}}
         self._figure = None  # built again from the spec when asked for
         if self.widget is None:
             if not create:
                 return
             from jupyter_dl.live.live_figure import LiveFigure
 
-            self.widget = LiveFigure(loss_figure.layout(self._title, self.template))
+            self.widget = LiveFigure(layout)
             self._box.children = [*self._box.children, self.widget]
         # Epoch marks change once an epoch: the layout is sent again only then.
         marks = (shapes, annotations)

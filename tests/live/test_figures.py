@@ -171,3 +171,115 @@ def test_a_job_that_ended_before_its_first_step_says_so_instead_of_empty_axes():
     state.consume([{"kind": "resources", "rank": r, "t": 0.6, "cpu": 90.0, "rss_mb": 410.0} for r in range(2)])
     drawn = job_figures(SimpleNamespace(name="f", n=2, state="failed"), state, "plotly_white")
     assert drawn["note"] is None and drawn["resources"] is not None
+
+
+def _elastic_run():
+    """An elastic job's records (-n 2:4): 2 ranks, grown to 4 after epoch 1, shrunk to 2 after epoch 2 (the kernel
+    writes a restart record per change and the next group begins at its commit's epoch), and its job record's
+    membership."""
+    records, t = [], 0.0
+    groups = [(2, "started"), (4, "grew: 2 engines free"), (2, "shrank: job 'big' of user bob waited")]
+    for epoch, (n, reason) in enumerate(groups):
+        if epoch:
+            label = f"{n} ranks"
+            records.append({"kind": "restart", "attempt": epoch, "reason": reason, "label": label, "t": t})
+        records += [
+            {"kind": "begin", "rank": r, "t": t, "epochs": 3, "steps": 4, "batch_size": 8, "initial_epoch": epoch}
+            for r in range(n)
+        ]
+        for k in range(1, 5):
+            t += 0.1
+            records.append({"kind": "batch", "t": t, "epoch": epoch, "step": k, "steps": 4, "logs": {"loss": 1.0 / k}})
+        records.append({"kind": "epoch", "rank": 0, "t": t, "epoch": epoch, "logs": {"loss": 0.5}})
+    membership = [{"t": 100.0 + i, "n": n, "reason": reason} for i, (n, reason) in enumerate(groups)]
+    return records, membership
+
+
+def _ranks_trace(figure):
+    return [t for t in figure["data"] if t["name"] == "ranks"]
+
+
+def test_an_elastic_job_draws_its_rank_count_as_a_step_line_under_the_loss():
+    """Issue 27: the rank count over the loss' own steps, in a strip under it, in the cell's live figure (and the
+    static copy made from it) and the panel's; each change's reason in the hover. A fixed-size job has none."""
+    records, membership = _elastic_run()
+    state = TrainingState()
+    state.consume(records)
+    job = SimpleNamespace(name="elastic", n=2, state="succeeded", membership=membership)
+    view = LiveView(show_plot=True)
+    view.started(job)
+    view.update(state, force=True)
+    cell = json.loads(view.figure.to_json())
+    panel = job_figures(job, state, "plotly_white")["loss"]
+    for figure in (cell, panel):
+        (ranks,) = _ranks_trace(figure)
+        assert ranks["yaxis"] == "y3" and ranks["line"]["shape"] == "hv"
+        assert (list(ranks["x"]), list(ranks["y"])) == ([0, 4, 8, 12], [2, 4, 2, 2])
+        hover = list(ranks["hovertext"])
+        assert "grew: 2 engines free" in hover[1] and "job 'big' of user bob waited" in hover[2], hover
+        strip, loss = figure["layout"]["yaxis3"]["domain"], figure["layout"]["yaxis"]["domain"]
+        assert strip[1] < loss[0], (strip, loss)  # under the loss, not over it
+        assert figure["layout"]["xaxis"]["anchor"] == "y3"  # one step axis for both, at the bottom
+        assert figure["layout"]["height"] > 360  # the strip adds height: the loss keeps its own
+    assert cell["layout"]["height"] == panel["layout"]["height"]
+
+    fixed = TrainingState()
+    fixed.consume(_run())
+    fixed_job = SimpleNamespace(name="fixed", n=2, state="succeeded", membership=[])
+    view = LiveView(show_plot=True)
+    view.started(fixed_job)
+    view.update(fixed, force=True)
+    for figure in (json.loads(view.figure.to_json()), job_figures(fixed_job, fixed, "plotly_white")["loss"]):
+        assert not _ranks_trace(figure) and "yaxis3" not in figure["layout"]
+        assert figure["layout"]["height"] == 360
+
+
+def test_live_redraws_send_a_few_hundred_points_and_measure_no_tick_labels():
+    """Issue 30: each live redraw blocks the page for as long as plotly.js takes. The cell's widget gets each series
+    thinned to LIVE_POINTS (the static copy at the end keeps the state's full budget), and no axis asks plotly.js to
+    measure its tick labels on every redraw (its default for a linear axis, "hide past div")."""
+    from jupyter_dl.jobs import Job
+    from jupyter_dl.live.view import LIVE_POINTS
+
+    state = TrainingState()
+    records = _run(epochs=4, steps=600)
+    state.consume(records[:-1])
+    view = LiveView(show_plot=True)
+    job = Job(name="long", n=2)
+    job.transition("running")
+    view.started(job)
+    view.update(state, force=True)
+    sent = {t["name"]: t for t in view.widget.figure_data}
+    assert 0 < len(sent[BATCH_LOSS]["y"]) <= LIVE_POINTS < len(state.batch_loss)
+    state.consume(records[-1:])
+    job.transition("succeeded")
+    view.finished(job, state)
+    final = {t.name: t for t in view.figure.data}
+    assert len(final[BATCH_LOSS].y) == len(state.batch_loss)  # the static copy: every point the state keeps
+
+    figures = job_figures(job, state, "plotly_white")
+    for figure in (figures["loss"], figures["resources"] or {"layout": {}}, {"layout": view.widget.figure_layout}):
+        axes = {k: v for k, v in figure["layout"].items() if k.startswith(("xaxis", "yaxis"))}
+        assert all(axis.get("ticklabeloverflow") == "allow" for axis in axes.values()), axes
+    assert view.widget.figure_layout["xaxis"]["tickangle"] == 0
+
+
+def test_the_resources_figure_is_redrawn_less_often_than_the_loss():
+    """Issue 30: each live figure's redraw blocks the page; the resources figure (lines that move little in a
+    second) is sent again every `resources_interval`, the loss every `figure_interval`."""
+    view = LiveView(show_plot=True, refresh_interval=0, figure_interval=0, resources_interval=3600)
+    view.started(SimpleNamespace(name="res", n=2, state="running"))
+    state = TrainingState()
+    records = _run(epochs=2, steps=4)
+    state.consume(records[:3])
+    state.consume([{"kind": "resources", "rank": r, "t": 0.1 * i, "cpu": 90.0} for i in range(2) for r in range(2)])
+    view.update(state)
+    sent = []
+    for widget in (view.widget, view.resources.widget):
+        widget.observe(lambda change, w=widget: sent.append(w), names=["figure_data"])
+    state.consume(records[3:])
+    state.consume([{"kind": "resources", "rank": r, "t": 1.0, "cpu": 95.0} for r in range(2)])
+    view.update(state)
+    assert sent == [view.widget]  # the loss only: the resources wait for their interval
+    view.update(state, force=True)  # the job ended: every figure follows
+    assert sent[-1] is view.resources.widget
