@@ -17,7 +17,9 @@ One process per rank, one device per process. How a group is formed, and why eac
 - `jit_compile` must stay off (XLA has no CPU collectives); the Keras hooks already keep it off.
 """
 
+import contextlib
 import copy
+import logging
 import pickle
 
 JOB = "worker"
@@ -98,13 +100,31 @@ def form(rank, size, addresses, *, heartbeat_s=10.0, register_s=120.0, reuse=Fal
         protocol="grpc",
         port=int(addresses[rank].rsplit(":", 1)[1]),
     )
-    ctx.enable_collective_ops(server_def)
+    with _without_startup_warning():
+        ctx.enable_collective_ops(server_def)
     _contexts_started += 1
     ctx.ensure_initialized()  # starts the server and the coordination agent; waits for every rank (register_s)
     kind = "GPU" if ctx.num_gpus() else "CPU"
     _group = _Group(rank, size, addresses, f"/job:{JOB}/replica:0/task:{rank}/device:{kind}:0", 1)
     _learn_order(_group, register_s)
     return False
+
+
+def _not_the_startup_warning(record) -> bool:
+    return "Enabling collective ops after program startup" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_startup_warning():
+    """TensorFlow warns that tensors made before collective ops were enabled may fail. The engine rebuilds what it
+    received before (`form` returns False), so the warning is not the user's news, yet it reached the cell's output
+    on the first job of each group."""
+    quiet = logging.getLogger("absl")  # where TensorFlow's context logs it (absl.logging)
+    quiet.addFilter(_not_the_startup_warning)
+    try:
+        yield
+    finally:
+        quiet.removeFilter(_not_the_startup_warning)
 
 
 def contexts_started() -> int:

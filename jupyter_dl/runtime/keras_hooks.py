@@ -14,6 +14,7 @@ back to the notebook is an ordinary Keras model.
 """
 
 import contextlib
+import functools
 import itertools
 import math
 import socket
@@ -223,10 +224,19 @@ class KerasHooks:
         model._jit_compile = False
         if model.train_function is not None and id(model.train_function) not in self._traced_here:
             model.train_function = None  # traced before this cell: it would update without averaging
+        unbuilt = any(not layer.built for layer in model._flatten_layers(include_self=False))
+        if unbuilt:
+            # A model with no Input (a Sequential of layers, a subclass) would make its layers' variables inside the
+            # traced step, where rank 0's values cannot be read for the first broadcast. Keras builds it from the
+            # first batch before tracing under a tf.distribute strategy; the same here, so every rank starts equal.
+            # (A VAE or a GAN over built parts has nothing to build: it trains through its own train_step.)
+            model._maybe_symbolic_build = functools.partial(_build_before_tracing, model)
         self.updates.in_fit = True
         try:
             yield
         finally:
+            if unbuilt:
+                model.__dict__.pop("_maybe_symbolic_build", None)
             self.updates.in_fit = False
             self.updates.unscale_all()  # code after fit in the cell reads the same batches on every rank
             if model.train_function is not None:
@@ -344,6 +354,14 @@ def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
                 checkpoint.save(model, epoch, self.history)
 
     return EpochCheckpoint()
+
+
+def _build_before_tracing(model, iterator=None, data_batch=None):
+    """Keras' own build from the first batch's shapes (what fit does under a tf.distribute strategy)."""
+    try:
+        type(model)._symbolic_build(model, iterator=iterator, data_batch=data_batch)
+    except Exception:  # a call() that cannot take the training batch: left to build in the step, as before
+        pass
 
 
 def _make_sync_callback(

@@ -29,7 +29,7 @@ from jupyter_dl.runtime.probe import ProbeDone
 from jupyter_dl.runtime.publish import engine_publisher
 from jupyter_dl.runtime.resources import ResourceSampler
 from jupyter_dl.runtime.stall_watch import StallWatch
-from jupyter_dl.wire import keras_objects, object_state, payload
+from jupyter_dl.wire import keras_objects, object_state, payload, random_state
 from jupyter_dl.wire.spec import OUT_NAME, RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -167,14 +167,17 @@ def run(spec: RankSpec) -> dict:
             stall_watch,
             sampler,
             _dtype_policy(spec.dtype_policy),
+            _notebook_env(spec),
             hooks if hooks is not None else contextlib.nullcontext(),
             elastic.running(spec.job_id, spec.elastic_board) if spec.elastic_board else contextlib.nullcontext(),
         ):
+            random_state.restore(spec.random_state)  # last before the cell: setting up draws nothing after it
             if spec.mode == "cell":
                 _exec_cell(spec, namespace)
                 result = None
-                if spec.rank == 0:  # a policy the cell set goes back to the notebook, as in one process
+                if spec.rank == 0:  # a policy or a seed the cell set goes back to the notebook, as in one process
                     outcome["dtype_policy"] = keras_objects.global_dtype_policy()
+                    outcome["random_state"] = random_state.capture()
             else:  # called here, not in a helper: a function's traceback starts at this frame, as before
                 with keras_objects.quiet_rebuild():  # a model among the arguments is rebuilt here, as in a cell
                     fn, args, kwargs = payload.cloudpickle.loads(spec.fn)
@@ -224,6 +227,23 @@ def _follow_the_notebook(cwd, sys_path):
     if missing:
         sys.path[:0] = missing
         importlib.invalidate_caches()
+
+
+@contextlib.contextmanager
+def _notebook_env(spec: RankSpec):
+    """The variables the notebook's cells set, for this job only; the job's own (its rendezvous, its secrets)
+    win over them."""
+    mine = {k: v for k, v in spec.notebook_env.items() if k not in spec.env and k not in spec.secret_values}
+    kept = {name: os.environ.get(name) for name in mine}
+    os.environ.update(mine)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -78,6 +78,28 @@ def shard_dataset(ds, rank, size, steps_given=False):
     return shard.take(cardinality // size)
 
 
+def _caches(ds) -> bool:
+    """Whether the pipeline holds a `.cache()` step."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops.options import ExternalStatePolicy
+
+    serialized = ds._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE).numpy()
+    return any(node.op.startswith("CacheDataset") for node in tf.compat.v1.GraphDef.FromString(serialized).node)
+
+
+def _cached_share(ds, rank, size):
+    """(this rank's share of a cached pipeline, its global steps per epoch): the same strided share as
+    shard_dataset's, but each epoch reads the input to its end, because `.cache()` keeps only what an iterator read
+    to its end. A rank that stopped short (take) would re-read its input every epoch and, with a reshuffling source
+    before the cache, see a new order while another rank replays the cached one: their shares would overlap. The
+    share repeats and fit takes steps_per_epoch of it, so an epoch's end is where the next epoch's reading finishes
+    the previous pass."""
+    per_rank = int(ds.cardinality()) // size
+    kept = per_rank * size
+    share = ds.enumerate().filter(lambda i, _: (i % size == rank) & (i < kept)).map(lambda _, element: element)
+    return share.repeat(), kept
+
+
 def _agreed_count(count: int) -> int:
     from jupyter_dl.runtime.job_backend import backend
 
@@ -174,7 +196,9 @@ def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators.
     `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""
     x, y, kwargs = _split_off_validation(x, y, kwargs)
-    if _is_dataset(x):
+    if _is_dataset(x) and kwargs.get("steps_per_epoch") is None and x.cardinality() >= size and _caches(x):
+        x, kwargs["steps_per_epoch"] = _cached_share(x, rank, size)  # global steps: made per rank below
+    elif _is_dataset(x):
         x = shard_dataset(x, rank, size, steps_given=kwargs.get("steps_per_epoch") is not None)
     elif _is_py_dataset(x):
         x = shard_py_dataset(x, rank, size)

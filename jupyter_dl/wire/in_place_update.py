@@ -32,7 +32,10 @@ def update(existing, arrived, payload, namespaces: Namespaces) -> bool:
 def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     if keras_objects.is_optimizer(existing):
         return _update_optimizer(existing, arrived, payload, namespaces)
-    if type(existing) is not type(arrived) or not keras_objects.same_shapes(existing.variables, arrived.variables):
+    if type(existing) is not type(arrived):
+        return False
+    _build_as(existing, arrived)
+    if not keras_objects.same_shapes(existing.variables, arrived.variables):
         return False
     if not _same_compile(existing, arrived):
         return False  # the cell compiled the model again: its optimizer and loss are the arrived ones
@@ -46,6 +49,17 @@ def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     for mine, theirs in zip(existing.variables, arrived.variables):
         mine.assign(theirs)
     return True
+
+
+def _build_as(existing, arrived):
+    """A model the notebook compiled but never called (a subclass, or a Sequential without an Input) makes its
+    variables on its first batch, which ran on the ranks. Built here for the input the arrived copy was built for,
+    it can take the training, so the notebook's own object and optimizer hold it, as in one process."""
+    if getattr(existing, "built", True) or not getattr(arrived, "built", False):
+        return
+    config = arrived.get_build_config()
+    if config:
+        existing.build_from_config(config)
 
 
 def _same_compile(existing, arrived) -> bool:

@@ -37,6 +37,11 @@ class RankSpec:
     # guide does), or None when the kernel has not loaded Keras: the engine keeps its own.
     dtype_policy: str | None = None
     keras_registrations: dict = field(default_factory=dict)  # name read -> registered Keras name of its class
+    # A seeded notebook's random generators (wire/random_state.py), taken by every rank just before the cell; None:
+    # the notebook set no seed.
+    random_state: dict | None = None
+    # Environment variables the notebook's cells set (kernel/notebook_env.py), in os.environ for this job only.
+    notebook_env: dict = field(default_factory=dict)
     # The notebook's working directory and import path: a helper module beside the notebook, an os.chdir or a
     # sys.path.append in an earlier cell hold on the ranks too (where the directories exist on their host).
     kernel_cwd: str = ""

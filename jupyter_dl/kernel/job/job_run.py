@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jupyter_dl.kernel import notebook_env
 from jupyter_dl.kernel.cell import numbered_from
 from jupyter_dl.kernel.job.work import CellWork, FunctionWork
-from jupyter_dl.wire import keras_objects
+from jupyter_dl.wire import keras_objects, random_state
 from jupyter_dl.wire.spec import RankSpec
 
 if TYPE_CHECKING:  # annotations only: the live view's state imports nothing heavy, but keep this module light
@@ -42,6 +43,8 @@ class JobRun:
     cluster_ready_at: float = 0.0
     shipped_at: float = 0.0
     shipped: list = field(default_factory=list)
+    # Taken when the job is made, before the kernel starts its part (Horovod's rendezvous draws a random port).
+    notebook_random_state: dict | None = field(default_factory=random_state.capture)
 
     def tell(self, text):
         """Say what the job is doing before its first step, to the observers (JobObserver.status)."""
@@ -76,6 +79,8 @@ class JobRun:
             balance_batches=options.balance == "on" or (options.balance == "auto" and len(set(job.hosts)) > 1),
             resource_interval=resource_interval,
             dtype_policy=notebook_dtype_policy(),
+            random_state=self.notebook_random_state,
+            notebook_env=notebook_env.changed(),
             keras_registrations=self.shipment.keras_registrations,
             kernel_cwd=os.getcwd(),
             kernel_sys_path=[entry for entry in sys.path if entry],

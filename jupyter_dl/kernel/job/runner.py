@@ -36,7 +36,7 @@ from jupyter_dl.live.collector import MetricsCollector
 from jupyter_dl.live.state import TrainingState
 from jupyter_dl.pool.choice import PoolChoice
 from jupyter_dl.pool.local import LocalPool
-from jupyter_dl.wire import object_state, payload, remote
+from jupyter_dl.wire import object_state, payload, random_state, remote
 from jupyter_dl.wire.options import RunOptions
 from jupyter_dl.wire.spec import OUT_NAME
 
@@ -253,6 +253,8 @@ class JobRunner(Configurable):
             result.deleted = list(jr.shipment.deletes)
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
             _take_dtype_policy(outcomes[0].get("dtype_policy"))
+            if outcomes[0].get("random_state") is not None and "keras" in sys.modules:  # seeded: go on from rank 0's
+                random_state.restore(outcomes[0]["random_state"])
             for name, index, state in outcomes[0].get("object_states", []):  # callbacks and metrics it used
                 try:
                     object_state.restore(object_state.at(jr.work.namespace, name, index), state)
