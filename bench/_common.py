@@ -55,3 +55,12 @@ def write_results(path, data, t_start, load_before, load_after, dists):
     path.write_text(json.dumps(data, indent=2))
     shown = path.relative_to(path.parent.parent.parent)
     print(f"wrote {shown} (whole benchmark: {time.perf_counter() - t_start:.0f} s)")
+
+
+def finish(bench_file, results, t_start, before, dists=("ipyparallel", "horovod", "tensorflow")):
+    """The end of a benchmark: the load it ran under, and its JSON as bench/results/<its name>.json."""
+    import pathlib
+
+    after = print_load(before)
+    bench = pathlib.Path(bench_file)
+    write_results(bench.parent / "results" / f"{bench.stem}.json", results, t_start, before, after, dists)

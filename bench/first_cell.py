@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_before, print_load, write_results  # noqa: E402
+from _common import finish, load_before  # noqa: E402
 
 CELL = "%%distribute -n 2\nprint('hi')\n"
 WARM_CELLS = {
@@ -115,15 +115,7 @@ def main():
     for name, times in results["warm_trivial_s"].items():
         median = statistics.median(times)
         print(f"  warm {name:28s} {median:.3f} s median of {len(times)} = {median / trip:.0f}x apply_sync")
-    after = print_load(before)
-    write_results(
-        Path(__file__).parent / "results" / "first_cell.json",
-        results,
-        t_start,
-        before,
-        after,
-        ("ipyparallel", "horovod", "tensorflow"),
-    )
+    finish(__file__, results, t_start, before)
 
 
 if __name__ == "__main__":

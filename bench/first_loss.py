@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_before, print_load, write_results  # noqa: E402
+from _common import finish, load_before  # noqa: E402
 
 DATA = """
 import numpy as np
@@ -131,15 +131,7 @@ def main():
             )
     finally:
         session.cluster.stop()
-    after = print_load(before)
-    write_results(
-        Path(__file__).parent / "results" / "first_loss.json",
-        results,
-        t_start,
-        before,
-        after,
-        ("ipyparallel", "horovod", "tensorflow"),
-    )
+    finish(__file__, results, t_start, before)
 
 
 if __name__ == "__main__":
