@@ -65,10 +65,21 @@ def _started_with() -> dict:
 _AT_START = _started_with()
 
 
+# Names that look like credentials stay in the kernel: sent, their values would reach the ranks' output and logs
+# unredacted. `--secret NAME` sends one and redacts it everywhere (kernel/secrets.py).
+_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY")
+
+
 def changed() -> dict:
     """{name: value} of the variables the notebook set or changed that may go to the ranks."""
     return {name: value for name, value in os.environ.items() if _AT_START.get(name) != value and not _kept_out(name)}
 
 
 def _kept_out(name: str) -> bool:
-    return name in _KEPT_OUT_NAMES or name.startswith(_KEPT_OUT_PREFIXES)
+    upper = name.upper()
+    return (
+        name in _KEPT_OUT_NAMES
+        or name.startswith(_KEPT_OUT_PREFIXES)
+        or upper.endswith("_KEY")
+        or any(word in upper for word in _CREDENTIAL_WORDS)
+    )

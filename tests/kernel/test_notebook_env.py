@@ -22,3 +22,13 @@ def test_a_variable_the_process_started_with_is_not_sent_again(monkeypatch):
     name, value = next(iter(notebook_env._AT_START.items()))
     monkeypatch.setenv(name, value)
     assert name not in notebook_env.changed()
+
+
+def test_credentials_stay_in_the_kernel_unless_passed_with_secret(monkeypatch):
+    # Sent as plain variables they would print unredacted in the ranks' output and logs; --secret sends and redacts.
+    for name in ("JDL_TEST_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "OPENAI_KEY"):
+        monkeypatch.setenv(name, "s3cr3t")
+    monkeypatch.setenv("KERAS_HOME", "/data/keras")
+    sent = notebook_env.changed()
+    assert sent.get("KERAS_HOME") == "/data/keras"
+    assert not {"JDL_TEST_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "OPENAI_KEY"} & set(sent)
