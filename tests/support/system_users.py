@@ -34,9 +34,13 @@ def remove(name):
     except KeyError:
         return
     deadline = time.monotonic() + 20
-    while owned := [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]:
+    while owned := [
+        p
+        for p in psutil.process_iter(["uids", "status"])
+        if p.info["uids"] and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]:
         for process in owned:
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):  # it may end between the listing and here
                 os.kill(process.pid, signal.SIGKILL)
         assert time.monotonic() < deadline, f"processes of {name} survive SIGKILL: {[p.pid for p in owned]}"
         time.sleep(0.1)
