@@ -80,11 +80,9 @@ def shard_dataset(ds, rank, size, steps_given=False):
 
 def _caches(ds) -> bool:
     """Whether the pipeline holds a `.cache()` step."""
-    import tensorflow as tf
-    from tensorflow.python.data.ops.options import ExternalStatePolicy
+    from jupyter_dl.wire.datasets import pipeline_graph
 
-    serialized = ds._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE).numpy()
-    return any(node.op.startswith("CacheDataset") for node in tf.compat.v1.GraphDef.FromString(serialized).node)
+    return any(node.op.startswith("CacheDataset") for node in pipeline_graph(ds).node)
 
 
 def _cached_share(ds, rank, size):

@@ -44,14 +44,21 @@ class PipelineError(TypeError):
         super().__init__(f"{why}; {advice}")
 
 
+def pipeline_graph(dataset):
+    """The dataset's pipeline as a GraphDef, its steps as nodes (state such as a map's variables left out)."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops.options import ExternalStatePolicy
+
+    serialized = dataset._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE).numpy()
+    return tf.compat.v1.GraphDef.FromString(serialized)
+
+
 def dumps(value) -> tuple[DatasetPayload, dict]:
     """(payload, {array name: array}) for a dataset; raises PipelineError naming a step that cannot travel."""
     import tensorflow as tf
     from tensorflow.python.data.ops.options import ExternalStatePolicy
 
-    graph = tf.compat.v1.GraphDef.FromString(
-        value._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE).numpy()
-    )
+    graph = pipeline_graph(value)
     step = _python_step(graph)
     if step is not None:
         raise PipelineError(
