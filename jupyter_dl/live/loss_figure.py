@@ -51,7 +51,7 @@ def is_elastic(membership) -> bool:
 
 
 def title_of(name: str, ranks: int) -> str:
-    return f"{name} · {ranks} rank{'' if ranks == 1 else 's'}"
+    return f"{name} · {_ranks(ranks)}"
 
 
 def _trace(name, series, axis, mode, width, color, dash=None, max_points=None, **extra) -> dict:
