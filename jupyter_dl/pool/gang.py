@@ -262,7 +262,8 @@ class GangPool:
         for ticket in self.queue():
             blocked = self._quota_block(ticket)
             if blocked:
-                ticket.reason = blocked
+                if not (lenders and self._reclaim_own(ticket, lenders, kept, asks)):
+                    ticket.reason = blocked
                 continue
             if reserved:
                 ticket.reason = "waiting: GPUs are kept for an earlier job that has waited long"
@@ -314,6 +315,48 @@ class GangPool:
         waiter.reason = (
             f"waiting for {waiter.need} GPUs ({len(free)} free now): elastic jobs are asked to give back "
             f"{waiter.need - len(free)}"
+        )
+        return True
+
+    def _reclaim_own(self, waiter, lenders, kept, asks) -> bool:
+        """A job held back only by its user's GPU quota, while that user's own elastic jobs borrow GPUs above their
+        minimum: ask those back (they count against the quota only while held), as much as the quota is exceeded,
+        and keep free GPUs for the job meanwhile. False when that would not let it start (its job count is over the
+        quota, or the GPUs it frees plus the free ones are still too few)."""
+        quota = self.quota(waiter.user)
+        running = [t for t in self.tickets.values() if t.user == waiter.user and t.state == "granted"]
+        if quota.max_gpus is None or (quota.max_jobs is not None and len(running) >= quota.max_jobs):
+            return False
+        over = sum(t.held for t in running) + waiter.need - quota.max_gpus
+        allowed = set(waiter.allowed)
+        free = [(h, g) for h, gpus in self._usable(waiter.allowed).items() for g in gpus if (h, g) not in kept]
+        donors = []
+        for ticket in lenders:
+            if ticket.user != waiter.user:
+                continue
+            surplus = ticket.surplus - asks.get(ticket.id, [0])[0]
+            freed_here = surplus if not allowed else min(surplus, sum(d in allowed for d in ticket.devices))
+            if surplus > 0:
+                donors.append((ticket.priority, -surplus, ticket.id, surplus, freed_here))
+        if sum(d[3] for d in donors) < over:
+            return False
+        plan, short = [], over
+        for _, _, ticket_id, surplus, freed_here in sorted(donors):
+            give = min(surplus, short)
+            plan.append((ticket_id, give, min(give, freed_here)))
+            short -= give
+            if not short:
+                break
+        if len(free) + sum(usable for _, _, usable in plan) < waiter.need:
+            return False  # within the quota then, but still without GPUs enough: shrink nobody for nothing
+        why = f"job {waiter.job or waiter.id} of {waiter.user} waits within {waiter.user}'s quota"
+        for ticket_id, give, _ in plan:
+            ask = asks.setdefault(ticket_id, [0, why])
+            ask[0] += give
+        kept.update(free[: waiter.need])
+        waiter.reason = (
+            f"waiting: {waiter.user} holds GPUs lent to their elastic jobs over the quota of {quota.max_gpus}; "
+            f"they are asked to give back {over}"
         )
         return True
 

@@ -154,13 +154,41 @@ def test_quotas_count_an_elastic_jobs_gpus_only_while_it_holds_them():
     elastic = pool.submit("ann", 4, min_gpus=1)
     assert elastic.held == 4 and pool.free_count() == 4  # the quota stops its growth, not the pool
     second = pool.submit("ann", 2)
-    assert second.state == "queued" and "ann holds 4 GPUs, the quota is 4 at once" in second.reason
+    assert second.state == "queued" and elastic.shrink_to == 2  # ann's own borrowed GPUs are asked back for it
+    assert second.reason == (
+        "waiting: ann holds GPUs lent to their elastic jobs over the quota of 4; they are asked to give back 2"
+    )
+    assert elastic.shrink_reason == f"job {second.id} of ann waits within ann's quota"
     pool.resize(elastic.id, "ann", elastic.devices[:2])
     assert second.state == "granted" and elastic.held == 2  # given back: no longer counted
     pool.release(second.id, "ann")
-    assert elastic.held == 4
-    other = pool.submit("ann", 4, min_gpus=1)
-    assert other.state == "queued" and "ann holds 4 GPUs" in other.reason  # its minimum is over the quota
+    assert elastic.held == 4 and elastic.shrink_to is None
+    other = pool.submit("ann", 4, min_gpus=4)  # would need all 4 of the quota: ann's surplus (3) is not enough
+    assert other.state == "queued" and "ann holds 4 GPUs, the quota is 4 at once" in other.reason
+    assert elastic.shrink_to is None  # not shrunk for nothing
+
+
+@fast
+def test_a_users_own_elastic_job_shrinks_only_when_that_lets_their_gang_start():
+    pool, _ = _pool(quotas={"ann": Quota(max_gpus=6)})
+    elastic = pool.submit("ann", 6, min_gpus=2, job="sweep")
+    bob = pool.submit("bob", 2)
+    assert elastic.held == 6 and bob.state == "granted" and pool.free_count() == 0
+    gang = pool.submit("ann", 3, job="eval")
+    # Within the quota ann's elastic job must drop to 3; the 3 GPUs it gives back are the ones the gang needs.
+    assert (elastic.shrink_to, gang.state) == (3, "queued")
+    pool.resize(elastic.id, "ann", elastic.devices[:3])
+    assert gang.state == "granted" and elastic.held == 3 and bob.held == 2
+
+    pool, _ = _pool(quotas={"ann": Quota(max_gpus=6, max_jobs=1)})
+    elastic = pool.submit("ann", 6, min_gpus=2)
+    gang = pool.submit("ann", 2)  # over the job count: shrinking would not let it start
+    assert elastic.shrink_to is None and "the quota is 1 at once" in gang.reason
+
+    pool, _ = _pool(quotas={"ann": Quota(max_gpus=4)})
+    elastic = pool.submit("ann", 4, min_gpus=3)
+    gang = pool.submit("ann", 3)  # its 1 GPU of surplus would leave the gang over the quota still
+    assert elastic.shrink_to is None and "ann holds 4 GPUs, the quota is 4 at once" in gang.reason
 
 
 @fast
