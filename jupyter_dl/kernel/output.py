@@ -6,6 +6,9 @@ change that way, so finished lines are forwarded once, and a rewritten last line
 With several ranks shown, whole lines get a `[rank N] ` prefix (a partial line waits for its end, so two ranks
 never interleave inside a line).
 
+Rank 0's rich displays (`display(...)`, matplotlib figures: the inline backend on the engines) are shown in the
+cell too, once each, after the text that arrived with them; other ranks' would repeat them.
+
 What native code (TensorFlow's C++ logging, gloo) wrote to a rank's fd 2 arrives tagged (wire/native_tags):
 it goes to the rank logs only, and to the cell too with `--output all`. The user's own prints, warnings and Keras
 progress stream as before.
@@ -30,6 +33,7 @@ class OutputRelay:
         self._lines_done = {key: 0 for key in self._seen}  # prefix mode: chars of whole lines sent
         self._redact = redact  # secrets never reach the cell
         self._native = untag if show == "all" else drop_native  # native lines: shown with --output all only
+        self._displays_sent = 0  # rank 0's display outputs shown so far
 
     def pump(self, final=False):
         """Forward what arrived since the last call. final=True also flushes unfinished lines."""
@@ -47,6 +51,23 @@ class OutputRelay:
                 if chunk:
                     sink.write(chunk)
                     sink.flush()
+        self._show_displays()
+
+    def _show_displays(self):
+        from IPython.core.interactiveshell import InteractiveShell
+
+        outputs = list(getattr(self._results.get(0), "outputs", None) or [])
+        new, self._displays_sent = outputs[self._displays_sent :], len(outputs)
+        if not new or not InteractiveShell.initialized():  # a plain script has nowhere to show an image
+            return
+        from IPython.display import publish_display_data
+
+        for content in new:
+            data = {
+                mime: self._redact(value) if self._redact and isinstance(value, str) else value
+                for mime, value in (content.get("data") or {}).items()
+            }
+            publish_display_data(data, content.get("metadata") or {})
 
     def _delta(self, key, text):
         before = self._seen[key]

@@ -22,7 +22,7 @@ import traceback
 
 from jupyter_dl.backends import named, tf_ops
 from jupyter_dl.host.processes import pid_running
-from jupyter_dl.runtime import divergence, elastic, job_backend
+from jupyter_dl.runtime import cell_figures, divergence, elastic, job_backend
 from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.native_stderr import NativeStderr
 from jupyter_dl.runtime.probe import ProbeDone
@@ -173,7 +173,10 @@ def run(spec: RankSpec) -> dict:
         ):
             random_state.restore(spec.random_state)  # last before the cell: setting up draws nothing after it
             if spec.mode == "cell":
-                _exec_cell(spec, namespace)
+                try:
+                    _exec_cell(spec, namespace)
+                finally:  # a figure drawn before an error shows too, as in one process
+                    cell_figures.show_and_close(show=spec.rank == 0)
                 result = None
                 if spec.rank == 0:  # a policy or a seed the cell set goes back to the notebook, as in one process
                     outcome["dtype_policy"] = keras_objects.global_dtype_policy()
