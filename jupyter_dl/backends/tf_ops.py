@@ -102,6 +102,10 @@ def form(rank, size, addresses, *, heartbeat_s=10.0, register_s=120.0, reuse=Fal
     )
     with _without_startup_warning():
         ctx.enable_collective_ops(server_def)
+    # TensorFlow keeps how it resolved partial device names ("cpu:0" -> /job:localhost/...) in a module-level cache
+    # that enabling collective ops on a running context does not clear: a `tf.device("cpu:0")` seen by an earlier
+    # job on another backend (Keras' TensorBoard callback makes one) would name a device this context no longer has.
+    context._device_parsing_cache.clear()
     _contexts_started += 1
     ctx.ensure_initialized()  # starts the server and the coordination agent; waits for every rank (register_s)
     kind = "GPU" if ctx.num_gpus() else "CPU"

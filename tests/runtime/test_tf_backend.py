@@ -160,3 +160,32 @@ def test_an_engine_that_formed_max_tf_contexts_groups_is_replaced_after_the_job(
         assert [c for c, _ in fresh] == [1, 1]  # a fresh engine's first group
     finally:
         runner.max_tf_contexts = kept
+
+
+# A fresh engine that ran a job on another backend first: its plain TensorFlow context resolved "cpu:0" then.
+_DEVICE_SCOPE_ACROSS_BACKENDS = """
+import os, socket
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+from jupyter_dl.backends import tf_ops
+
+with tf.device("cpu:0"):  # as Keras' TensorBoard callback does when it makes its writer
+    tf.constant(1.0)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+tf_ops.form(0, 1, [f"127.0.0.1:{port}"], register_s=30)
+with tf.device("cpu:0"):
+    print("placed on", tf.constant(2.0).device)
+"""
+
+
+def test_a_device_scope_seen_before_the_group_formed_names_the_group_s_device():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _DEVICE_SCOPE_ACROSS_BACKENDS], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "placed on /job:worker/replica:0/task:0/device:CPU:0" in done.stdout, done.stdout
