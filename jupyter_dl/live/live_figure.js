@@ -45,7 +45,11 @@ function render({ model, el }) {
   let stale = true; // the model changed since the last redraw
   let visible = true;
   let notBefore = 0; // performance.now() of the earliest next redraw
-  let layout = null; // the layout drawn, kept while the model's is unchanged: plotly diffs it cheaply then
+  // The layout drawn, kept across redraws: plotly diffs it cheaply then. When the model's changes (epoch marks,
+  // once an epoch) only the keys that changed are replaced: a whole new layout (its template most of all) made
+  // plotly.js redo the figure's defaults, 30-50 ms more per redraw (measured in isolation).
+  let layout = null;
+  let drawnKeys = {}; // key -> the JSON of the model's value last drawn
   let revision = 0;
   el.classList.add("jp-dl-live-figure");
 
@@ -69,12 +73,20 @@ function render({ model, el }) {
     stale = false;
     const started = performance.now();
     try {
+      // Copies: plotly writes into the layout it draws (ranges), and the model's value must stay as it came.
+      const wanted = model.get("figure_layout") || {};
       if (layout === null) {
-        // A copy: plotly writes into the layout it draws (ranges), and the model's value must stay as it came.
-        layout = JSON.parse(JSON.stringify(model.get("figure_layout") || {}));
-        layout.uirevision = "live"; // a zoom or a legend click survives the redraws
-        contain(el, layout);
+        layout = { uirevision: "live" }; // a zoom or a legend click survives the redraws
+        drawnKeys = {};
       }
+      for (const [key, value] of Object.entries(wanted)) {
+        const json = JSON.stringify(value);
+        if (drawnKeys[key] !== json) {
+          layout[key] = JSON.parse(json);
+          drawnKeys[key] = json;
+        }
+      }
+      contain(el, layout);
       layout.datarevision = ++revision; // the traces are new arrays each time
       const data = (model.get("figure_data") || []).map((trace) => ({
         ...trace,
@@ -104,11 +116,6 @@ function render({ model, el }) {
     timer = setTimeout(() => inTurn(draw), wait);
   }
 
-  function layoutChanged() {
-    layout = null;
-    schedule();
-  }
-
   // Out of view (scrolled away, another tab in front) nothing is drawn; the newest data is drawn on return.
   const watcher =
     typeof IntersectionObserver === "function"
@@ -122,7 +129,7 @@ function render({ model, el }) {
   watcher?.observe(el);
 
   model.on("change:figure_data", schedule);
-  model.on("change:figure_layout", layoutChanged);
+  model.on("change:figure_layout", schedule);
   schedule();
   return () => {
     disposed = true;
@@ -131,7 +138,7 @@ function render({ model, el }) {
       clearTimeout(timer);
     }
     model.off("change:figure_data", schedule);
-    model.off("change:figure_layout", layoutChanged);
+    model.off("change:figure_layout", schedule);
     loading.then((plotly) => plotly && plotly.purge && plotly.purge(el));
   };
 }

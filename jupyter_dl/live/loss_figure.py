@@ -27,7 +27,8 @@ def layout(title: str, template: str, elastic: bool = False) -> dict:
     the rank count under the loss, sharing its step axis (drawn once, at the bottom)."""
     height = FIGURE_HEIGHT + (RANKS_STRIP_HEIGHT if elastic else 0)
     out = dict(
-        **frame(template, title, 13, dict(l=50, r=50, t=40, b=40), width=FIGURE_WIDTH, height=height),
+        # Room for tick labels of five characters and the axis title beside them (the axes' margins are fixed).
+        **frame(template, title, 13, dict(l=60, r=60, t=40, b=40), width=FIGURE_WIDTH, height=height),
         xaxis=dict(title="step", **QUICK_X_AXIS),
         yaxis=dict(title="loss", **QUICK_AXIS),
         # plotly.js gives an overlaying axis tickmode "sync": ticks at the loss axis' gridlines, which read as

@@ -32,7 +32,8 @@ def resource_layout(template, width, title="resources per rank"):
     from jupyter_dl.live.theme import QUICK_AXIS, QUICK_X_AXIS, frame
 
     return dict(
-        **frame(template, title, 12, dict(l=50, r=60, t=30, b=40), width=width, height=HEIGHT),
+        # Room for "100" and "12000" (MB) and the axis titles beside them (the axes' margins are fixed).
+        **frame(template, title, 12, dict(l=60, r=70, t=30, b=40), width=width, height=HEIGHT),
         xaxis=dict(title="seconds since the job's first sample", **QUICK_X_AXIS),
         yaxis=dict(title="% (100 = one core)", rangemode="tozero", **QUICK_AXIS),
         yaxis2=dict(

@@ -17,7 +17,11 @@ DARK_TEMPLATE = "plotly_dark"
 # Every axis of our figures: plotly.js' default for a linear axis ("hide past div") measures each tick label's box
 # on every redraw to hide those past the figure's edge (none are: margins are fixed), a forced page layout per
 # label, a third of a live redraw in JupyterLab. A fixed x tick angle likewise spares the measuring that picks one.
-QUICK_AXIS = dict(ticklabeloverflow="allow")
+# The plotly templates turn on `automargin`, which grows the margins to the tick labels' and titles' boxes: plotly.js
+# then measures them and, when a margin moves, draws the whole figure a second time. Off, with margins that fit our
+# labels, a first draw (the live figure's first, the static copy's at the job's end) took 60-90 ms of CPU instead
+# of 130-190, and a live redraw 60 instead of 90.
+QUICK_AXIS = dict(ticklabeloverflow="allow", automargin=False)
 QUICK_X_AXIS = dict(QUICK_AXIS, tickangle=0)
 LIGHT_TEMPLATE = "plotly_white"
 

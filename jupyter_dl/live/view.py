@@ -28,6 +28,11 @@ RATE_HELP = (
     f"samples per second over the last {RATE_WINDOW_S} s, all ranks together; the summary at the end "
     f"gives the average over the whole fit"
 )
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+# What jupyter-dl's JupyterLab extension draws a static figure by (labextension/src/cellFigure.ts): its value names
+# the bundle's entry that holds the figure, PLOTLY_MIME, which JupyterLab's plotly renderer draws at once and three
+# times over (300-660 ms of blocked page at a job's end on a loaded machine), and other front ends draw as before.
+FIGURE_MIME = "application/vnd.jupyter-dl.figure+json"
 # Points per series in the cell's live figure (the static copy at the end and the panel draw up to the state's
 # budget): plotly.js builds each redraw's path and the widget sends each series again every second.
 LIVE_POINTS = 500
@@ -265,13 +270,15 @@ class SmoothedEta:
 
 
 def static_figure_bundle(figure) -> dict:
-    """A plain plotly mime bundle of the figure as it is now (no widget manager needed to show it)."""
+    """A plain plotly mime bundle of the figure as it is now (no widget manager needed to show it), which names
+    it for jupyter-dl's JupyterLab extension too (FIGURE_MIME: drawn once, when the page is idle)."""
     import plotly.graph_objects as go
 
     static = go.Figure(figure.to_dict())
     spec = json.loads(static.to_json())
     return {
-        "application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec["layout"], "config": {}},
+        FIGURE_MIME: {"figure": PLOTLY_MIME},
+        PLOTLY_MIME: {"data": spec["data"], "layout": spec["layout"], "config": {}},
         "text/html": static.to_html(include_plotlyjs="cdn", full_html=False),
         "text/plain": f"<Figure: {', '.join(t.name for t in static.data)}>",
     }

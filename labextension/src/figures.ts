@@ -8,6 +8,16 @@ import { IEpochRow, IJobFigures, IPlotlyFigure, Theme } from './model';
 type JobStatus = NonNullable<IJobFigures['status']>;
 
 export const PLOTLY_MIME = 'application/vnd.plotly.v1+json';
+/** jupyter_dl/live/view.py FIGURE_MIME: a job's static figures in its cell (cellFigure.ts draws them); its value
+ * names the bundle's entry that holds the figure. */
+export const FIGURE_MIME = 'application/vnd.jupyter-dl.figure+json';
+
+/** The figure a FIGURE_MIME bundle names, or null when the bundle holds none. */
+export function figureOf(data: { [mime: string]: unknown }): IPlotlyFigure | null {
+  const entry = data[FIGURE_MIME] as { figure?: string } | undefined;
+  const figure = data[entry?.figure ?? PLOTLY_MIME] as IPlotlyFigure | undefined;
+  return figure && Array.isArray(figure.data) && figure.layout ? figure : null;
+}
 
 /** The unsmoothed per-batch loss trace (jupyter_dl/live/loss_figure.py RAW_LOSS): hidden unless "Raw steps". */
 export const RAW_LOSS = 'loss (batch)';

@@ -6,6 +6,7 @@ import { IStateDB } from '@jupyterlab/statedb';
 import { URLExt } from '@jupyterlab/coreutils';
 
 import { JobsApi } from './api';
+import { FIGURE_RANK, cellFigureFactory } from './cellFigure';
 import { ITabConfig, readTabConfig } from './args';
 import { CommandIDs, ICommandContext, addCommands } from './commands';
 import { DEFAULT_POLL_INTERVAL, JobsModel, MIN_POLL_INTERVAL } from './jobsModel';
@@ -95,6 +96,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     state: IStateDB | null
   ) => {
     lendPlotly(app, rendermime);
+    rendermime.addFactory(cellFigureFactory(rendermime), FIGURE_RANK);
     const api = new JobsApi();
     const config: ITabConfig = { ...DEFAULT_CONFIG };
     let panel: JobsPanel | null = null;

@@ -1,6 +1,16 @@
 import { describe, expect, it } from 'vitest';
 
-import { RAW_LOSS, epochColumns, forPanel, pageTheme, shownTraces, statusText } from '../src/figures';
+import {
+  FIGURE_MIME,
+  PLOTLY_MIME,
+  RAW_LOSS,
+  epochColumns,
+  figureOf,
+  forPanel,
+  pageTheme,
+  shownTraces,
+  statusText
+} from '../src/figures';
 import { IEpochRow, IPlotlyFigure } from '../src/model';
 
 /** A loss figure as the server sends it (jupyter_dl/live/loss_figure.py with raw=True). */
@@ -67,5 +77,18 @@ describe('the epoch table and status line', () => {
       'failed · 3 epochs · 1 restarts'
     );
     expect(statusText(undefined, 'queued')).toBe('queued');
+  });
+});
+
+describe("a job's static figure in its cell", () => {
+  it('is the plotly figure its bundle names', () => {
+    const figure = lossFigure();
+    expect(figureOf({ [FIGURE_MIME]: { figure: PLOTLY_MIME }, [PLOTLY_MIME]: figure, 'text/plain': '' })).toBe(figure);
+    expect(figureOf({ [FIGURE_MIME]: {}, [PLOTLY_MIME]: figure })).toBe(figure); // the plotly entry by default
+  });
+
+  it('is none when the bundle holds no figure', () => {
+    expect(figureOf({ [FIGURE_MIME]: { figure: PLOTLY_MIME } })).toBeNull();
+    expect(figureOf({ [FIGURE_MIME]: { figure: PLOTLY_MIME }, [PLOTLY_MIME]: { data: 'x' } })).toBeNull();
   });
 });

@@ -261,6 +261,8 @@ def test_live_redraws_send_a_few_hundred_points_and_measure_no_tick_labels():
     for figure in (figures["loss"], figures["resources"] or {"layout": {}}, {"layout": view.widget.figure_layout}):
         axes = {k: v for k, v in figure["layout"].items() if k.startswith(("xaxis", "yaxis"))}
         assert all(axis.get("ticklabeloverflow") == "allow" for axis in axes.values()), axes
+        # Nor grow the margins to their labels (the templates' automargin): measured, then the figure drawn twice.
+        assert all(axis.get("automargin") is False for axis in axes.values()), axes
     assert view.widget.figure_layout["xaxis"]["tickangle"] == 0
 
 

@@ -217,6 +217,23 @@ def test_static_figure_carries_its_own_readable_background(template):
     assert _contrast(text, paper) >= 4.5 and _contrast(text, plot) >= 4.5, (template, text, paper, plot)
 
 
+def test_static_figure_names_its_plotly_figure_for_the_extension():
+    """Issue 30: JupyterLab's plotly renderer draws a static figure three times over as it arrives (300-660 ms of
+    blocked page at a job's end); the bundle names its plotly figure for jupyter-dl's own renderer, which draws it
+    once when the page is idle, and keeps it where every other front end finds it."""
+    from jupyter_dl.live.view import FIGURE_MIME, PLOTLY_MIME, static_figure_bundle
+
+    view = LiveView(show_plot=True)
+    view.started(type("J", (), {"name": "named", "n": 2})())
+    state = TrainingState()
+    state.consume(_synthetic(50))
+    view.update(state, force=True)
+    bundle = static_figure_bundle(view.figure)
+    assert bundle[FIGURE_MIME] == {"figure": PLOTLY_MIME}  # a name, not a second copy of the figure's data
+    assert bundle[PLOTLY_MIME]["data"] and bundle[PLOTLY_MIME]["layout"]["width"] == 760
+    assert "text/html" in bundle and "text/plain" in bundle
+
+
 def test_cold_start_steps_show_in_the_progress_area_before_the_figure():
     """Before the first step the progress area says what happens (the job runner calls status()), in the same widgets
     the progress then uses; the figure joins them when the job starts."""
