@@ -38,7 +38,9 @@ def job_figures(job, state, template) -> dict:
             "epochs_done": len(state.epoch_logs),
             "epochs": state.epochs,
             "steps": state.global_step,
-            "restarts": len(state.restarts),
+            # Restarts after a failure only: an elastic job's changes of group are not restarts (`ranks` says them).
+            "restarts": len(getattr(job, "restarts", None) or []),
+            "ranks": [change["n"] for change in _membership(job)],
         },
     }
 

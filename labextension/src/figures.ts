@@ -77,7 +77,7 @@ export function epochColumns(rows: ReadonlyArray<IEpochRow>): string[] {
   });
 }
 
-/** The status line of the loss tab: `running · 3/10 epochs · 660 steps`. */
+/** The status line of the loss tab: `running · 3/10 epochs · 660 steps` (an elastic job: `· 2→4 ranks`). */
 export function statusText(status: JobStatus | undefined, state: string): string {
   if (!status) {
     return state;
@@ -87,7 +87,8 @@ export function statusText(status: JobStatus | undefined, state: string): string
     state,
     `${status.epochs_done}${planned} epochs`,
     status.steps ? `${status.steps} steps` : '',
-    status.restarts ? `${status.restarts} restarts` : ''
+    (status.ranks?.length ?? 0) > 1 ? `${status.ranks?.join('→')} ranks` : '',
+    status.restarts ? `${status.restarts} ${status.restarts === 1 ? 'restart' : 'restarts'}` : ''
   ]
     .filter(Boolean)
     .join(' · ');

@@ -164,7 +164,10 @@ export interface IJobFigures {
     epochs: number | null;
     /** Optimizer steps so far (global). */
     steps: number;
+    /** Restarts after a failure (--restarts). */
     restarts: number;
+    /** An elastic job's group sizes in order (empty for a fixed-size job; absent from older servers). */
+    ranks?: number[];
   };
 }
 

@@ -74,8 +74,14 @@ describe('the epoch table and status line', () => {
     const status = { state: 'running', epochs_done: 3, epochs: 10, steps: 660, restarts: 0 };
     expect(statusText(status, 'running')).toBe('running · 3/10 epochs · 660 steps');
     expect(statusText({ ...status, epochs: null, steps: 0, restarts: 1 }, 'failed')).toBe(
-      'failed · 3 epochs · 1 restarts'
+      'failed · 3 epochs · 1 restart'
     );
+    expect(statusText({ ...status, restarts: 2 }, 'running')).toBe('running · 3/10 epochs · 660 steps · 2 restarts');
+    // An elastic job's changes of group are no restarts: its sizes say them.
+    expect(statusText({ ...status, ranks: [2, 4, 2] }, 'running')).toBe(
+      'running · 3/10 epochs · 660 steps · 2→4→2 ranks'
+    );
+    expect(statusText({ ...status, ranks: [2] }, 'running')).toBe('running · 3/10 epochs · 660 steps');
     expect(statusText(undefined, 'queued')).toBe('queued');
   });
 });

@@ -131,7 +131,14 @@ def test_panel_figures_carry_their_template_and_the_epoch_rows(template):
     figures = job_figures(SimpleNamespace(name="t", n=2, state="running"), state, template)
     assert figures["loss"]["layout"]["template"]["layout"]["colorway"]  # expanded: plotly.js knows no names
     assert [r["epoch"] for r in figures["epochs"]] == [0, 1, 2]
-    assert figures["status"] == {"state": "running", "epochs_done": 3, "epochs": 3, "steps": 12, "restarts": 0}
+    assert figures["status"] == {
+        "state": "running",
+        "epochs_done": 3,
+        "epochs": 3,
+        "steps": 12,
+        "restarts": 0,
+        "ranks": [],
+    }
 
 
 def test_each_metric_keeps_its_colour_when_the_raw_loss_shows():
@@ -222,6 +229,9 @@ def test_an_elastic_job_draws_its_rank_count_as_a_step_line_under_the_loss():
         assert figure["layout"]["xaxis"]["anchor"] == "y3"  # one step axis for both, at the bottom
         assert figure["layout"]["height"] > 360  # the strip adds height: the loss keeps its own
     assert cell["layout"]["height"] == panel["layout"]["height"]
+    # The loss tab's status line: two changes of group, no restart (the state marks them as restarts to draw them).
+    status = job_figures(job, state, "plotly_white")["status"]
+    assert (status["restarts"], status["ranks"]) == (0, [2, 4, 2])
 
     fixed = TrainingState()
     fixed.consume(_run())

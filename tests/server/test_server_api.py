@@ -450,7 +450,14 @@ async def test_figures_are_the_cells_loss_figure_and_follow_the_job(jp_fetch, st
     assert [s["x0"] for s in loss["layout"]["shapes"]] == [5, 10, 15]  # epoch boundaries, as in the cell
     assert body["resources"] is None  # no rank sampled its resources
     assert [row["epoch"] for row in body["epochs"]] == [0, 1, 2] and body["epochs"][2]["logs"] == {"loss": 0.25}
-    assert body["status"] == {"state": "succeeded", "epochs_done": 3, "epochs": 3, "steps": 15, "restarts": 0}
+    assert body["status"] == {
+        "state": "succeeded",
+        "epochs_done": 3,
+        "epochs": 3,
+        "steps": 15,
+        "restarts": 0,
+        "ranks": [],
+    }
 
     again = await jp_fetch(
         "jupyter-dl", "api", "jobs", job.id, "figures", params={"theme": "dark", "version": body["version"]}
