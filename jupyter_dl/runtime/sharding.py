@@ -211,7 +211,9 @@ def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     val = kwargs.get("validation_data")
     share = 1.0
     if _is_dataset(val):
-        kwargs["validation_data"], share = _shard_validation_dataset(val, rank, size)
+        kwargs["validation_data"], share = _shard_validation_dataset(
+            val, rank, size, steps_given=kwargs.get("validation_steps") is not None
+        )
     elif _is_py_dataset(val):
         kwargs["validation_data"] = shard_py_dataset(val, rank, size)
     elif isinstance(val, (tuple, list)) and val and _is_array_like(val[0]):
@@ -245,17 +247,38 @@ def _split_off_validation(x, y, kwargs):
     return head[0], head[1], kwargs
 
 
-def _shard_validation_dataset(ds, rank, size):
+def _shard_validation_dataset(ds, rank, size, steps_given=False):
     """This rank's part of a validation dataset and its share. Fewer elements than ranks: every rank validates on all
-    of it (a rank with none would have no val_* metrics to average). Single samples: split whole, weighed by count.
-    Batches (of sizes unknown here): equal numbers of batches, weight 1, as for training."""
+    of it (a rank with none would have no val_* metrics to average). Otherwise every size-th element to the end,
+    weighed by the samples it holds (a batch's first dimension, as Keras weighs its loss): evaluating needs no equal
+    step counts, so the metrics cover every sample once, as one process's do (equal numbers of batches left out a
+    20-image set's last batch of 4 on 2 ranks). With validation_steps or an endless dataset: equal shares, weight 1."""
     import tensorflow as tf
 
     cardinality = int(ds.cardinality())
     if 0 <= cardinality < size:
         return ds, 1.0
+    if steps_given or cardinality == tf.data.INFINITE_CARDINALITY:
+        return shard_dataset(ds, rank, size, steps_given), 1.0
     first = tf.nest.flatten(ds.element_spec)[0]
     batched = getattr(first, "shape", None) is not None and first.shape.rank and first.shape[0] is None
-    if cardinality < 0 or batched:
-        return shard_dataset(ds, rank, size), 1.0
-    return ds.shard(size, rank), _share(rank, size, cardinality)
+    if cardinality >= 0 and not batched:
+        return ds.shard(size, rank), _share(rank, size, cardinality)
+    shard = ds.shard(size, rank)
+    mine = count_samples(shard) if batched else count_elements(shard)
+    from jupyter_dl.runtime.job_backend import backend
+
+    total, empty = backend().allreduce([mine, int(mine == 0)], op="sum", name="jdl.validation_count")
+    if empty:  # fewer batches than ranks
+        return ds, 1.0
+    return shard, size * mine / int(total)
+
+
+def count_samples(ds) -> int:
+    """The samples in a finite batched dataset: its batches' first dimensions, summed in TensorFlow's graph."""
+    import numpy as np
+    import tensorflow as tf
+
+    return int(
+        ds.reduce(np.int64(0), lambda count, element: count + tf.shape(tf.nest.flatten(element)[0], tf.int64)[0])
+    )

@@ -22,6 +22,23 @@ from jupyter_dl.wire.construction import first_line
 ARRAY_PREFIX = "_jdl_array_"
 _INLINE_BYTES = 64 * 1024  # smaller constants stay in the graph
 _PYTHON_OPS = {"PyFunc": "py_function", "PyFuncStateless": "numpy_function", "EagerPyFunc": "py_function"}
+# Stateful ops a pipeline may hold and still travel: random draws, and reading and advancing a Keras seed state.
+_RANDOM_OPS = {
+    "RandomUniform",
+    "RandomUniformInt",
+    "RandomStandardNormal",
+    "TruncatedNormal",
+    "RandomShuffle",
+    "Multinomial",
+    "RandomGamma",
+    "RandomPoisson",
+    "RandomPoissonV2",
+    "RandomCrop",
+    "Assert",
+    "ReadVariableOp",
+    "AssignVariableOp",
+    "StatefulPartitionedCall",
+}
 
 
 @dataclass
@@ -71,11 +88,12 @@ def dumps(value) -> tuple[DatasetPayload, dict]:
         # break only at fit on the engines.
         value._as_serialized_graph(external_state_policy=ExternalStatePolicy.FAIL)
     except Exception as exc:
-        found = re.search(r"pipeline graph: (.*?)( \[Op:|$)", str(exc))
-        raise PipelineError(
-            f"its pipeline holds state of this process ({found.group(1) if found else first_line(exc)})",
-            "build the dataset inside the %%distribute cell, or without variables in its map functions",
-        ) from None
+        if not _only_random_state(value, graph):
+            found = re.search(r"pipeline graph: (.*?)( \[Op:|$)", str(exc))
+            raise PipelineError(
+                f"its pipeline holds state of this process ({found.group(1) if found else first_line(exc)})",
+                "build the dataset inside the %%distribute cell, or without variables in its map functions",
+            ) from None
     arrays, beside = {}, {}
     for node in graph.node:
         if node.op != "Const":
@@ -110,6 +128,27 @@ def loads(payload: DatasetPayload, resolve):
         )
     variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
     return _VariantDataset(variant, payload.element_spec)
+
+
+def _only_random_state(dataset, graph) -> bool:
+    """Whether the only state of this process the pipeline's maps hold is randomness: random ops
+    (`tf.image.random_flip_left_right`, as TensorFlow's augmentation tutorial maps) and Keras random layers' seed
+    state (`RandomFlip`, `RandomRotation`... as keras.io's maps). Those travel as they are, a seed state as its
+    current value, so each rank draws from its own copy as one process would draw on; a variable of the user's
+    (or a tf.random.Generator) is refused: the cell could change the notebook's copy and the ranks would not see it."""
+    from tensorflow.python.framework import op_def_registry
+
+    variables, pending = [], [dataset]
+    while pending:
+        step = pending.pop()
+        for function in step._functions():
+            variables.extend(function.function.graph.variables)
+        pending.extend(step._inputs())
+    if not all(v.name.rsplit("/", 1)[-1].startswith("seed_generator_state") for v in variables):
+        return False
+    inside = {node.op for function in graph.library.function for node in function.node_def}
+    stateful = {op for op in inside if getattr(op_def_registry.get(op), "is_stateful", True)}
+    return stateful <= _RANDOM_OPS and "ReadVariableOp" not in {node.op for node in graph.node}
 
 
 def _python_step(graph) -> str | None:
