@@ -9,6 +9,7 @@ import builtins
 from dataclasses import dataclass, field
 
 from jupyter_dl.errors import UsageError
+from jupyter_dl.wire import payload
 
 # IPython's own bookkeeping: never ship these, never bring them back.
 _IPYTHON_NAMES = {
@@ -206,9 +207,24 @@ def analyse(code: str, first_line: int = 1) -> CellNames:
 
 
 def shippable_reads(names: CellNames, namespace: dict) -> list:
-    """The names the cell reads that the notebook actually defines (builtins stay on the engines)."""
-    out = []
-    for name in sorted(names.reads):
-        if name in namespace and not (hasattr(builtins, name) and namespace[name] is getattr(builtins, name)):
-            out.append(name)
-    return out
+    """The names the cell reads that the notebook actually defines (builtins stay on the engines), and the
+    notebook names that the notebook's functions among them read when called."""
+    out: set = set()
+    pending = sorted(names.reads)
+    while pending:
+        name = pending.pop()
+        if name in out or name not in namespace:
+            continue
+        if hasattr(builtins, name) and namespace[name] is getattr(builtins, name):
+            continue
+        out.add(name)
+        pending.extend(sorted(globals_read_by(namespace[name])))
+    return sorted(out)
+
+
+def globals_read_by(value) -> set:
+    """The global names the notebook's own code in `value` uses (a function, or the methods of a notebook class).
+    A `train_step` from an earlier cell trains the notebook's `model` and `optimizer`, a model's train_step
+    updates the notebook's `loss_tracker`: they travel beside it, the code runs over the rank's objects, and
+    they come back as the cell left them."""
+    return payload.notebook_globals(value)

@@ -156,6 +156,7 @@ def run(spec: RankSpec) -> dict:
         _follow_the_notebook(spec.kernel_cwd, spec.kernel_sys_path)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
+        payload.bind_functions(namespace)
         keras_objects.register_again(spec.keras_registrations, namespace)
         arrived = _trained_states(spec, namespace)
         hooks = _hooks_for(spec)
@@ -318,6 +319,9 @@ def _trained_state(value):
     is compiled. Only what changed goes back: these are separate copies here, and an unchanged copy written back
     over the notebook's objects would undo training that reached them through another name (a sub-model's
     layers, `opt` after `model.compile(optimizer=opt)`)."""
+    if type(value) in (list, tuple, dict):  # models kept in a list or dict: each model's state
+        items = value.values() if type(value) is dict else value
+        return tuple(_trained_state(v) if payload.trained_in_place(v) else None for v in items)
     try:
         optimizer = value if keras_objects.is_optimizer(value) else getattr(value, "optimizer", None)
         # Also when not built: a wrapper trained through its parts (a GAN's train_step) is never called itself.

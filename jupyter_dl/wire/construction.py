@@ -318,6 +318,7 @@ def install():
         klass.from_config = classmethod(_from_config_replaying(original_from_config))
 
     _patch_serialization()
+    _patch_losses_and_metrics()
     original_compile_from_config = Trainer.compile_from_config
 
     def compile_from_config(self, config):
@@ -358,6 +359,39 @@ def _patch_serialization():
 
     serialization_lib.serialize_keras_object = serialize_keras_object
     serialization_lib.deserialize_keras_object = deserialize_keras_object
+
+
+def _patch_losses_and_metrics():
+    """Losses and metrics are no Operations, and Keras rebuilds them with `cls(**get_config())`, which only has
+    `name` and `reduction`/`dtype`: a notebook's `ScaledLoss(scale)` or `Threshold(0.5)` without its own get_config
+    could not be rebuilt. They travel by their construction record too."""
+    from keras.src.losses.loss import Loss
+    from keras.src.metrics.metric import Metric
+
+    for base in (Loss, Metric):
+        original_new = base.__new__
+
+        def __new__(cls, *args, _original_new=original_new, **kwargs):
+            instance = object.__new__(cls) if _original_new is object.__new__ else _original_new(cls, *args, **kwargs)
+            if is_foreign(cls):
+                _note_call(instance, "_jdl_made_with", args, kwargs)
+            return instance
+
+        base.__new__ = __new__
+        base.get_config = _get_config_by_record(base.get_config)
+        base.from_config = classmethod(_from_config_replaying(base.__dict__["from_config"].__func__))
+
+
+def _get_config_by_record(original):
+    @functools.wraps(original)
+    def get_config(self):
+        written_by_user = any(is_foreign(k) and "get_config" in k.__dict__ for k in type(self).__mro__)
+        if _names_by_id.get() is not None and "_jdl_made_with" in self.__dict__ and not written_by_user:
+            blob = cloudpickle.dumps(_record_of(self))
+            return {"name": self.name, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
+        return original(self)
+
+    return get_config
 
 
 def _keras_rebuilds_it(obj) -> bool:

@@ -51,6 +51,57 @@ def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     return True
 
 
+def update_each(existing, arrived) -> bool:
+    """A list, tuple or dict of models the cell trained without rebinding it: each of the notebook's models takes
+    its arrived copy's variables and optimizer state, so the notebook's container and models stay its own. False,
+    changing nothing, unless every model fits its copy (then the arrived container is bound instead)."""
+    try:
+        return _update_each(existing, arrived)
+    except Exception:  # a container this module did not foresee: the arrived one is bound instead
+        return False
+
+
+def _update_each(existing, arrived) -> bool:
+    if (
+        type(existing) not in (list, tuple, dict)
+        or type(existing) is not type(arrived)
+        or len(existing) != len(arrived)
+    ):
+        return False
+    if isinstance(existing, dict) and existing.keys() != arrived.keys():
+        return False
+    pairs = (
+        [(existing[k], arrived[k]) for k in existing] if isinstance(existing, dict) else list(zip(existing, arrived))
+    )
+    models = [(mine, theirs) for mine, theirs in pairs if hasattr(mine, "get_compile_config")]
+    if not all(_fits(mine, theirs) for mine, theirs in models):
+        return False
+    for mine, theirs in models:
+        for variable, value in zip(mine.variables, theirs.variables):
+            variable.assign(value)
+        if getattr(theirs, "optimizer", None) is not None and theirs.optimizer.built:
+            if not mine.optimizer.built:
+                mine.optimizer.build(mine.trainable_variables)
+            for variable, value in zip(mine.optimizer.variables, theirs.optimizer.variables):
+                variable.assign(value)
+    return True
+
+
+def _fits(existing, arrived) -> bool:
+    """Whether `arrived`'s variables and optimizer state can be copied into `existing` (same model, same compile)."""
+    mine, theirs = getattr(existing, "optimizer", None), getattr(arrived, "optimizer", None)
+    if type(existing) is not type(arrived) or (mine is None) != (theirs is None):
+        return False
+    _build_as(existing, arrived)
+    if not keras_objects.same_shapes(existing.variables, arrived.variables) or not _same_compile(existing, arrived):
+        return False
+    if mine is None or theirs is None or not theirs.built:
+        return True
+    if not mine.built:
+        mine.build(existing.trainable_variables)
+    return keras_objects.same_shapes(mine.variables, theirs.variables)
+
+
 def _build_as(existing, arrived):
     """A model the notebook compiled but never called (a subclass, or a Sequential without an Input) makes its
     variables on its first batch, which ran on the ranks. Built here for the input the arrived copy was built for,

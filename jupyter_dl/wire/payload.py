@@ -7,6 +7,8 @@ re-attached on arrival.
 """
 
 import builtins
+import contextlib
+import dis
 import hashlib
 import types
 from dataclasses import dataclass, field
@@ -50,8 +52,30 @@ def is_keras_model(value) -> bool:
 
 
 def trained_in_place(value) -> bool:
-    """A model or optimizer whose state a cell changes by using it (fit, apply_gradients), without rebinding it."""
-    return is_keras_model(value) or keras_objects.is_optimizer(value)
+    """A model or optimizer whose state a cell changes by using it (fit, apply_gradients), without rebinding it; or
+    a list, tuple or dict of models (`models[name].fit(...)` over models made in a loop)."""
+    return is_keras_model(value) or keras_objects.is_optimizer(value) or _holds(value, is_keras_model)
+
+
+def _history_payload(history, namespace) -> "HistoryPayload":
+    model_name = None
+    model = getattr(history, "model", None)
+    if model is not None and namespace:
+        model_name = next((k for k, v in namespace.items() if v is model), None)
+    return HistoryPayload(dict(history.history), dict(history.params or {}), list(history.epoch), model_name)
+
+
+def _holds(value, test) -> bool:
+    """Whether a plain dict, list or tuple holds an item that passes `test` (one level down)."""
+    items = value.values() if type(value) is dict else value if type(value) in (list, tuple) else ()
+    return any(test(item) for item in items)
+
+
+def _each(value, change):
+    """The plain dict, list or tuple with `change` applied to each item."""
+    if type(value) is dict:
+        return {k: change(v) for k, v in value.items()}
+    return type(value)(change(v) for v in value)
 
 
 def is_history(value) -> bool:
@@ -78,7 +102,13 @@ def _function_payload(value) -> FunctionPayload | None:
         return None
     bare = _with_globals(fn, {"__builtins__": builtins})
     bare.__module__ = "__main__"
-    options = {"jit_compile": getattr(value, "_jit_compile", None)} if fn is not value else None
+    options = None
+    if fn is not value:  # the tf.function's own options: a notebook's input_signature holds on the ranks too
+        options = {
+            "jit_compile": getattr(value, "_jit_compile", None),
+            "input_signature": getattr(value, "input_signature", None),
+            "reduce_retracing": bool(getattr(value, "_reduce_retracing", False)),
+        }
     return FunctionPayload(cloudpickle.dumps(bare), options)
 
 
@@ -100,6 +130,61 @@ def _rebuild_function(payload: FunctionPayload, namespace: dict):
     return rebuilt
 
 
+def bind_functions(namespace: dict) -> None:
+    """Functions that arrived without a namespace to read (an engine keeps them across jobs, FunctionPayload) are
+    made over `namespace`, a job's: its `train_step` reads the job's `model` and `optimizer`, as in the notebook.
+    The methods of the notebook's classes arrived with copies of the globals they read (a `train_step` updating
+    the notebook's `loss_tracker`): those now name the job's objects."""
+    for name, value in list(namespace.items()):
+        if isinstance(value, FunctionPayload):
+            namespace[name] = _rebuild_function(value, namespace)
+    for value in list(namespace.values()):
+        for fn in notebook_functions(value):
+            if fn.__globals__ is not namespace:
+                fn.__globals__.update({n: namespace[n] for n in _global_names(fn) if n in namespace})
+
+
+_GLOBAL_ACCESS = {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"}
+
+
+def notebook_globals(value) -> set:
+    """The global names that the notebook's code run by `value` uses: a function's (a tf.function's), or the
+    methods' of its classes defined in the notebook (a model's, its layers')."""
+    return set().union(*(_global_names(fn) for fn in notebook_functions(value)))
+
+
+def notebook_functions(value) -> list:
+    fn = getattr(value, "python_function", value) if _is_tf_function(value) else value
+    if isinstance(fn, types.FunctionType):
+        return [fn] if fn.__module__ == "__main__" else []
+    if isinstance(value, type):
+        classes = set(value.__mro__)
+    else:
+        classes = set(type(value).__mro__)
+        layers = getattr(value, "_flatten_layers", None) if keras_objects.is_keras_saveable(value) else None
+        if callable(layers):
+            classes.update(k for layer in layers(include_self=False) for k in type(layer).__mro__)
+    found: list = []
+    for klass in classes:
+        if getattr(klass, "__module__", None) != "__main__":
+            continue
+        for member in vars(klass).values():
+            member = getattr(member, "__func__", member)  # staticmethod, classmethod
+            parts = (member.fget, member.fset) if isinstance(member, property) else (member,)
+            found.extend(p for p in parts if isinstance(p, types.FunctionType))
+    return found
+
+
+def _global_names(fn) -> set:
+    found: set = set()
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        found.update(i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_ACCESS)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return found
+
+
 def why_unsendable(value, exc, advice=True) -> str:
     """Why `value` cannot travel, in a user's words; `advice` adds what to do (the way back to the notebook: the
     way there, ShipError says it)."""
@@ -109,6 +194,8 @@ def why_unsendable(value, exc, advice=True) -> str:
         # The way there sends a notebook's pipeline as its graph; one built on the ranks stays there.
         why = "a tf.data.Dataset built on the ranks stays there"
         return why + ("; build it in the notebook (it is sent to the ranks) or in each %%distribute cell" * advice)
+    if _holds(value, datasets.is_dataset):  # TensorFlow's own error says it cannot make an array of a variant tensor
+        return "it holds tf.data datasets, which travel only as a notebook name each (train_ds = datasets['train'])"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -144,11 +231,9 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         if function is not None:
             return cloudpickle.dumps(function)
     if is_history(value):
-        model_name = None
-        model = getattr(value, "model", None)
-        if model is not None and namespace:
-            model_name = next((k for k, v in namespace.items() if v is model), None)
-        value = HistoryPayload(dict(value.history), dict(value.params or {}), list(value.epoch), model_name)
+        value = _history_payload(value, namespace)
+    elif _holds(value, is_history):  # `histories[name] = model.fit(...)`: each without its model, as one alone
+        value = _each(value, lambda v: _history_payload(v, namespace) if is_history(v) else v)
     elif keras_objects.is_keras_saveable(value):
         value = keras_objects.dumps(value, namespace, known)
     return cloudpickle.dumps(value)
@@ -248,6 +333,38 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
     optimizers the cell trained without rebinding them) update the namespace's own objects where they fit, so that
     other references to them (`opt` after `model.compile(optimizer=opt)`) see the training too. `known`: more
     objects by name that Keras objects built from them may refer to (an engine's values from earlier shipments)."""
+    if namespace is None:  # an engine: the notebook's classes as they arrive, methods included, are the right ones
+        return _unpack(packed, namespace, in_place, known)
+    with _own_methods_kept():
+        return _unpack(packed, namespace, in_place, known)
+
+
+def _own_methods_kept():
+    """cloudpickle hands a class that comes back the receiver's own class object (so isinstance holds), but sets
+    on it the methods it travelled with, whose globals are copies taken on the ranks: the notebook's model class
+    would read a copy of the notebook's `loss_tracker` ever after. The receiver's classes keep their methods."""
+    tracked = list(getattr(cloudpickle.cloudpickle, "_DYNAMIC_CLASS_TRACKER_BY_CLASS", {}))
+    kept = {cls: {k: v for k, v in vars(cls).items() if _is_code(v)} for cls in tracked}
+
+    @contextlib.contextmanager
+    def kept_methods():
+        try:
+            yield
+        finally:
+            for cls, methods in kept.items():
+                for attribute, method in methods.items():
+                    if vars(cls).get(attribute) is not method:
+                        with contextlib.suppress(Exception):
+                            setattr(cls, attribute, method)
+
+    return kept_methods()
+
+
+def _is_code(value) -> bool:
+    return isinstance(value, (types.FunctionType, property, staticmethod, classmethod))
+
+
+def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
     values, problems, blobs = {}, {}, {}
     for name, blob in packed.items():
         if isinstance(blob, Unsendable):
@@ -260,8 +377,8 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
             continue
         if isinstance(value, keras_objects.KerasPayload):
             blobs[name] = value
-        elif isinstance(value, FunctionPayload):
-            values[name] = _rebuild_function(value, namespace if namespace is not None else {})
+        elif isinstance(value, FunctionPayload) and namespace is not None:
+            values[name] = _rebuild_function(value, namespace)
         else:
             values[name] = value
     receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
@@ -277,6 +394,8 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
         raise KeyError(f"'{name}', which it was built from, is not here")
 
     for name, value in list(values.items()):
+        if name in in_place and in_place_update.update_each((namespace or {}).get(name), value):
+            values[name] = namespace[name]  # the notebook's list of models, each holding its training
         if isinstance(value, datasets.DatasetPayload):  # after the arrays that travelled beside it
             try:
                 values[name] = datasets.loads(value, resolve)
@@ -305,6 +424,10 @@ def unpack(packed: dict, namespace: dict | None = None, in_place=(), known: dict
     for name, value in list(values.items()):
         if isinstance(value, HistoryPayload):
             values[name] = _rebuild_history(value, values.get(value.model_name))
+        elif _holds(value, lambda v: isinstance(v, HistoryPayload)):
+            values[name] = _each(
+                value, lambda v: _rebuild_history(v, values.get(v.model_name)) if isinstance(v, HistoryPayload) else v
+            )
         elif isinstance(value, OptimizerOf):
             _bind_model_optimizer(name, value, values, problems)
         elif isinstance(value, TensorOf):

@@ -73,7 +73,11 @@ def prepare(work) -> Shipment:
             values.update(_dataset_shipment(name, value))
         elif fp is None:
             try:
-                values[name] = (None, payload.dumps_sharing(name, value, work.namespace, owners, known=known))
+                # Functions by reference: on the ranks they read the ranks' `model`, which travels beside them.
+                blob = payload.dumps_sharing(
+                    name, value, work.namespace, owners, known=known, functions_by_reference=True
+                )
+                values[name] = (None, blob)
             except Exception as exc:
                 if name in names.binds:  # the cell binds it itself (`with open(...) as f`): the old value is not needed
                     continue
