@@ -6,10 +6,12 @@ moves a variable and `train_losses.append(...)` grows a list. On N ranks the cel
 sends back what changed and the notebook's own objects take it (every reference to them sees it, as in one
 process). What travels is plain data only: a metric's or variable's values, a callback's attributes that are
 numbers, strings, arrays and containers of those (not its model, nor functions), a small list, dict or set of such
-values (tensors in it arrive as NumPy arrays).
+values (tensors in it arrive as NumPy arrays), and the Keras Histories in one (TensorFlow's overfitting tutorial
+fills a notebook dict, `size_histories["Tiny"] = compile_and_fit(...)`): their logs, as a History again.
 """
 
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,11 +84,12 @@ def restore(existing, state) -> None:
             variable.assign(value)
         return
     if "plain" in state:
+        plain = _histories_again(state["plain"])
         if isinstance(existing, list):
-            existing[:] = state["plain"]
+            existing[:] = plain
         else:  # a dict or a set
             existing.clear()
-            existing.update(state["plain"])
+            existing.update(plain)
         return
     for name, value in state["attributes"].items():
         setattr(existing, name, value)
@@ -94,6 +97,34 @@ def restore(existing, state) -> None:
 
 _MISSING = object()
 _UNPLAIN = object()
+
+
+class HistoryRecord(NamedTuple):
+    """A keras History as plain data: what `history.history`, `.params` and `.epoch` say (not its model)."""
+
+    history: dict
+    params: dict
+    epoch: list
+
+
+def _is_history(value) -> bool:
+    cls = type(value)
+    return cls.__name__ == "History" and cls.__module__.startswith("keras")
+
+
+def _histories_again(value):
+    """`value` with each HistoryRecord in it made a keras History again."""
+    if isinstance(value, HistoryRecord):
+        import keras
+
+        history = keras.callbacks.History()
+        history.history, history.params, history.epoch = value.history, value.params, value.epoch
+        return history
+    if type(value) in (list, tuple, set):
+        return type(value)(_histories_again(v) for v in value)
+    if type(value) is dict:
+        return {k: _histories_again(v) for k, v in value.items()}
+    return value
 
 
 def _is_tf_variable(value) -> bool:
@@ -119,6 +150,10 @@ def _plain_copy(value, depth=0):
     if type(value) is dict:
         items = {k: _plain_copy(v, depth + 1) for k, v in value.items()}
         return _UNPLAIN if any(v is _UNPLAIN for v in items.values()) else items
+    if _is_history(value):
+        logs, params = _plain_copy(value.history, depth + 1), _plain_copy(value.params or {}, depth + 1)
+        unplain = logs is _UNPLAIN or params is _UNPLAIN
+        return _UNPLAIN if unplain else HistoryRecord(logs, params, list(value.epoch))
     return _UNPLAIN
 
 

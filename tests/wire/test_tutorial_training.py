@@ -420,3 +420,52 @@ def test_a_loss_or_metric_subclass_without_get_config_travels_by_its_arguments(k
         rebuilt = keras.saving.deserialize_keras_object(config)
     assert type(rebuilt) is type(made) and rebuilt.name == made.name
     assert (rebuilt.factor if kind == "loss" else rebuilt.threshold) == (0.25 if kind == "loss" else 0.75)
+
+
+OVERFIT_AND_UNDERFIT = """
+import keras
+from keras import layers
+
+size_histories = {}
+
+
+def get_optimizer():
+    return keras.optimizers.Adam(0.01)
+
+
+def compile_and_fit(model, name, optimizer=None, max_epochs=3):
+    if optimizer is None:
+        optimizer = get_optimizer()
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.summary()
+    return model.fit(x_train, y_train, validation_split=0.2, epochs=max_epochs, batch_size=64, verbose=0)
+
+
+tiny_model = keras.Sequential([keras.Input((64,)), layers.Dense(16, activation="elu"), layers.Dense(10)])
+small_model = keras.Sequential([keras.Input((64,)), layers.Dense(16, activation="elu"),
+                                layers.Dense(16, activation="elu"), layers.Dense(10)])
+"""
+
+
+def test_a_notebook_dict_filled_with_histories_in_the_cell_comes_back(shell, digits):
+    """TensorFlow's "Overfit and underfit" tutorial: `size_histories = {}` in one cell, filled in the next with the
+    Histories its helper returns (and `model.summary()` printed on the way). The dict stayed empty in the notebook:
+    Histories were no plain data to send back."""
+    shell.user_ns.update(x_train=digits["x_train"], y_train=digits["y_train"])
+    ns = _cell(shell, OVERFIT_AND_UNDERFIT)
+    kept = ns["size_histories"]
+    ns = _cell(
+        shell,
+        "size_histories['Tiny'] = compile_and_fit(tiny_model, 'sizes/Tiny')\n"
+        "size_histories['Small'] = compile_and_fit(small_model, 'sizes/Small')\n",
+        distribute=True,
+    )
+    import keras
+
+    assert ns["size_histories"] is kept and sorted(kept) == ["Small", "Tiny"]
+    for history in kept.values():
+        assert isinstance(history, keras.callbacks.History)
+        assert history.epoch == [0, 1, 2] and history.params["epochs"] == 3
+        assert len(history.history["val_accuracy"]) == 3 and history.history["loss"][-1] < history.history["loss"][0]
+    assert ns["tiny_model"].optimizer.iterations.numpy() > 0  # the models trained in place came back too
