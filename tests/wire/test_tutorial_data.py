@@ -15,26 +15,10 @@ import os
 
 import numpy as np
 import pytest
-from IPython.utils.capture import capture_output
+from notebook_cells import cell as _cell
+from notebook_cells import close as _close
 
 BACKENDS = ["horovod", "tf"]
-
-
-def _cell(shell, code, distribute=False, backend="horovod"):
-    """Runs one notebook cell; fails on an error, a name that did not come back or ranks that trained apart."""
-    header = f"%%distribute -n 2 --backend {backend}\n" if distribute else ""
-    with capture_output() as shown:
-        result = shell.run_cell(header + code, store_history=False)
-    text = shown.stdout + shown.stderr
-    assert result.success, f"{result.error_before_exec or result.error_in_exec!r}\n{text}"
-    assert "did not come back" not in text, text
-    assert "the ranks trained apart" not in text, text
-    return shell.user_ns
-
-
-def _close(distributed, one, factor, what):
-    assert math.isfinite(distributed) and math.isfinite(one), (what, distributed, one)
-    assert one / factor <= distributed <= one * factor, f"{what}: two ranks {distributed}, one process {one}"
 
 
 IMPORTS = """

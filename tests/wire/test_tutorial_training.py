@@ -13,19 +13,9 @@ import math
 
 import numpy as np
 import pytest
-from IPython.utils.capture import capture_output
+from notebook_cells import cell as _cell
 
 BACKENDS = ["horovod", "tf"]
-
-
-def _cell(shell, code, distribute=False, backend="horovod"):
-    header = f"%%distribute -n 2 --backend {backend}\n" if distribute else ""
-    with capture_output() as shown:
-        result = shell.run_cell(header + code, store_history=False)
-    text = shown.stdout + shown.stderr
-    assert result.success, f"{result.error_before_exec or result.error_in_exec!r}\n{text[-3000:]}"
-    assert "did not come back" not in text and "the ranks trained apart" not in text, text
-    return shell.user_ns
 
 
 LOSSES_AND_METRICS = """
