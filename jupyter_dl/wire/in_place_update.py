@@ -79,11 +79,11 @@ def _update_each(existing, arrived) -> bool:
     for mine, theirs in models:
         for variable, value in zip(mine.variables, theirs.variables):
             variable.assign(value)
-        if getattr(theirs, "optimizer", None) is not None and theirs.optimizer.built:
-            if not mine.optimizer.built:
-                mine.optimizer.build(mine.trainable_variables)
-            for variable, value in zip(mine.optimizer.variables, theirs.optimizer.variables):
-                variable.assign(value)
+        keras_objects.restore_optimizer(
+            getattr(mine, "optimizer", None),
+            keras_objects.optimizer_state(getattr(theirs, "optimizer", None)),
+            mine.trainable_variables,
+        )
     return True
 
 
