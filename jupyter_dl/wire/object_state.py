@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jupyter_dl.wire.payload import is_history
+
 _LEAVE = frozenset({"model", "_model"})  # fit sets these; the model comes back on its own
 
 
@@ -107,11 +109,6 @@ class HistoryRecord(NamedTuple):
     epoch: list
 
 
-def _is_history(value) -> bool:
-    cls = type(value)
-    return cls.__name__ == "History" and cls.__module__.startswith("keras")
-
-
 def _histories_again(value):
     """`value` with each HistoryRecord in it made a keras History again."""
     if isinstance(value, HistoryRecord):
@@ -150,7 +147,7 @@ def _plain_copy(value, depth=0):
     if type(value) is dict:
         items = {k: _plain_copy(v, depth + 1) for k, v in value.items()}
         return _UNPLAIN if any(v is _UNPLAIN for v in items.values()) else items
-    if _is_history(value):
+    if is_history(value):
         logs, params = _plain_copy(value.history, depth + 1), _plain_copy(value.params or {}, depth + 1)
         unplain = logs is _UNPLAIN or params is _UNPLAIN
         return _UNPLAIN if unplain else HistoryRecord(logs, params, list(value.epoch))
