@@ -185,12 +185,39 @@ def refuse_strategies(tree):
                 )
 
 
+# Calls that wait for the person at the keyboard: on a rank they read an empty stdin and fail (EOFError) after
+# the job has started; refused before, with what to do instead.
+PROMPTS = {"input": "input()", "getpass": "getpass()"}
+
+
+def refuse_prompts(tree):
+    """A cell that asks the person something (input(), getpass()) is refused in one line before anything starts,
+    unless the cell defines that name itself."""
+    own = {
+        node.id if isinstance(node, ast.Name) else node.name
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store))
+        or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) and func.attr == "getpass" else None
+            called = called or (func.id if isinstance(func, ast.Name) and func.id not in own else None)
+            if called in PROMPTS:
+                raise UsageError(
+                    f"line {node.lineno} calls {PROMPTS[called]}, which the ranks cannot answer (they have no "
+                    "keyboard): ask in a plain cell before, and use the answer in this one"
+                )
+
+
 def analyse(code: str, first_line: int = 1) -> CellNames:
     collector = _NameCollector()
     own: set = set()  # names bound unconditionally by an earlier top-level statement
     loads = set()
     tree = parse_cell(code, first_line=first_line)
     refuse_strategies(tree)
+    refuse_prompts(tree)
     for statement in tree.body:
         before = set(collector.loads)
         collector.loads = set()

@@ -93,6 +93,19 @@ def test_ipython_syntax_in_the_cell_is_refused_in_one_line_naming_it():
         analyse("x = (\n", first_line=2)
 
 
+def test_a_cell_that_asks_the_person_something_is_refused_before_it_starts():
+    from jupyter_dl.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^line 3 calls input\(\), which the ranks cannot answer .*plain cell before"):
+        analyse("x = 1\nname = input('name? ')\n", first_line=2)
+    with pytest.raises(UsageError, match=r"^line 2 calls getpass\(\)"):
+        analyse("token = getpass.getpass()\n", first_line=2)
+    with pytest.raises(UsageError, match=r"^line 3 calls getpass\(\)"):
+        analyse("from getpass import getpass\ntoken = getpass()\n", first_line=2)
+    analyse("def input(prompt):\n    return 'x'\nname = input('?')\n")  # the cell's own input is fine
+    analyse("model.input\nlayer(model.input)\n")  # an attribute of that name is not the builtin
+
+
 def test_a_deleted_name_is_read_first_and_gone_after():
     names = analyse("y = scratch * 2\ndel scratch\n")
     assert "scratch" in names.reads and names.deletes == ["scratch"] and names.binds == ["y"]
