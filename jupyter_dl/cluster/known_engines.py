@@ -13,12 +13,13 @@ class KnownEngines:
         """`ids` (what ipyparallel lists) without the engines known gone, in order."""
         return [i for i in sorted(ids) if i not in self.dead]
 
-    def describe(self, client, ids, owner) -> list:
+    def describe(self, client, ids, owner, niceness=0) -> list:
         """Hostname, pid and GPU of each engine. `owner`, (pid, host) or None, is the process the engines must
-        end with (remote.DESCRIBE arranges it)."""
+        end with, and `niceness` the priority those on its host take (remote.DESCRIBE arranges both)."""
         missing = [i for i in ids if i not in self.info]
         if missing:
-            self.info.update(zip(missing, client.direct_view(missing).apply_sync(remote.DESCRIBE, owner)))
+            described = client.direct_view(missing).apply_sync(remote.DESCRIBE, owner, niceness)
+            self.info.update(zip(missing, described))
         return [self.info[i] for i in ids]
 
     def kinds(self, client, ids) -> list:

@@ -41,10 +41,14 @@ _ORPHAN_WATCH: list = []  # the thread that ends this engine when the kernel tha
 _PRELOAD: list = []  # the thread importing TensorFlow and Horovod while the engine waits for its first job
 
 
-def describe(exit_with_kernel=None):
+def describe(exit_with_kernel=None, niceness=0):
     """Who this engine is: used to place ranks on hosts. exit_with_kernel=(pid, host): this engine belongs to that
-    kernel's own cluster and exits when the kernel is gone, so an orphan never keeps a GPU's memory."""
-    if exit_with_kernel and not _ORPHAN_WATCH and exit_with_kernel[1] == socket.gethostname():
+    kernel's own cluster and exits when the kernel is gone, so an orphan never keeps a GPU's memory; on the
+    kernel's host it also takes `niceness`, so that the notebook goes first when both want the cores."""
+    beside_kernel = bool(exit_with_kernel) and exit_with_kernel[1] == socket.gethostname()
+    if beside_kernel and niceness:
+        _lower_priority(niceness)  # before the import below starts TensorFlow's threads: they inherit it
+    if beside_kernel and not _ORPHAN_WATCH:
         watch = threading.Thread(
             target=_exit_when_gone, args=(exit_with_kernel[0],), daemon=True, name="jdl-orphan-watch"
         )
@@ -56,6 +60,20 @@ def describe(exit_with_kernel=None):
         preload.start()
     # The GPU an engine was pinned to when it started (one per engine), to place ranks on the GPUs a pool granted.
     return {"hostname": socket.gethostname(), "pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
+
+
+def _lower_priority(niceness):
+    """Every thread of this engine to at least `niceness`. On Linux a priority is a thread's own (threads made
+    later inherit their maker's), so each running thread is set; elsewhere it is the process's."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, max(niceness, os.getpriority(os.PRIO_PROCESS, tid)))
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def _preload():
