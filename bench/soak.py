@@ -7,6 +7,7 @@ leaked or stuck engine shows up as a failure of the following run. Prints time-t
 to the cell's error) and time-to-cancel (from the stop request to the cell's error), median and max.
 
     .venv/bin/python bench/soak.py [--runs 100] [--hang-after 90]
+    .venv/bin/python bench/soak.py --elastic [--runs 1000] [--kinds lost,grow]   (bench/soak_elastic.py)
 """
 
 import argparse
@@ -54,9 +55,22 @@ def expected_outcome(run):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--hang-after", type=float, default=90.0, help="seconds after which a run counts as hung")
-    args = parser.parse_args()
+    parser.add_argument("--runs", type=int, default=None, help="faults to inject (default 100; with --elastic 1000)")
+    parser.add_argument(
+        "--hang-after", type=float, default=None, help="seconds after which a run counts as hung (90; elastic: 180)"
+    )
+    parser.add_argument(
+        "--elastic", action="store_true", help="soak elastic jobs instead (bench/soak_elastic.py; takes --kinds too)"
+    )
+    args, rest = parser.parse_known_args()
+    if args.elastic:
+        import soak_elastic
+
+        hang = ["--hang-after", str(args.hang_after)] if args.hang_after else []
+        return soak_elastic.main(rest + hang + ["--runs", str(args.runs or 1000)])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)} (--kinds goes with --elastic)")
+    args.runs, args.hang_after = args.runs or 100, args.hang_after or 90.0
 
     import jupyter_dl
     from jupyter_dl.kernel import api

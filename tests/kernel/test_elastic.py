@@ -306,3 +306,34 @@ def test_an_elastic_job_gives_gpus_back_when_another_users_gang_arrives(session,
         assert len(result.job.gpus) == 2
         print(f"bob's gang granted {granted_after:.1f}s after it arrived; ann's groups {membership}")
         bob.release(ticket["id"])
+
+
+def test_a_group_whose_only_commit_holder_died_while_it_formed_fails_instead_of_starting_over(session, tmp_path):
+    """`-n 1:2` starts on 1 engine (the other was taken away), commits 2 epochs, grows into the replacement; the leader
+    (the only engine holding the commits) dies at the grown group's first line, before it could hand them on. The new
+    engine holds nothing: going on would silently train from epoch 0 again. The job must fail, naming rank 0."""
+    import json
+
+    from elastic_faults import CELL, ElasticFault, give_it_back_once_training, take_one_engine_away
+
+    from jupyter_dl.errors import RankError
+
+    give_it_back_once_training(session.cluster, take_one_engine_away(session.cluster), str(tmp_path))
+    fault = ElasticFault("leader-lost-in-regroup", "regroup", "sigkill", rank=0, grow=True)
+    with pytest.raises(RankError) as err:
+        session.runner.run(CellWork(CELL, fault.namespace(str(tmp_path)), 2), RunOptions(n=(1, 2), name=fault.name))
+    assert err.value.rank == 0, str(err.value)
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    # The new engine never began the fit from scratch.
+    assert not [e for e in events if e["event"] == "start" and e["pid"] != events[0]["pid"]], events
+
+
+def test_after_a_commit_only_ranks_holding_one_survive_a_loss():
+    from jupyter_dl.kernel.job.elastic import survivors
+
+    dead = {"ok": False, "died": True, "ename": "EngineError"}
+    holder = {"ok": False, "induced": True, "ename": "HorovodInternalError", "commits": 3}
+    newcomer = {"ok": False, "induced": True, "ename": "HorovodInternalError", "commits": 0}
+    assert survivors([7, 8], [dead, newcomer], committed=False) == [8]  # nothing committed yet: nothing to lose
+    assert survivors([7, 8], [dead, newcomer], committed=True) == []  # the commit died with engine 7
+    assert survivors([6, 7, 8], [holder, dead, newcomer], committed=True) == [6]  # engine 6 leads, 8 joins as new

@@ -120,15 +120,18 @@ class ElasticGroups:
         return None
 
 
-def survivors(ids, outcomes) -> list:
+def survivors(ids, outcomes, committed=False) -> list:
     """Engines of a group that ended on lost ranks and can lead the next: their rank left the job cleanly (it only
     failed because a peer was lost), so it holds the last commit. Empty when a rank failed on its own (the cell's
-    error: every group would fail the same way)."""
+    error: every group would fail the same way). Once the job has `committed`, a rank that made no commit of its own
+    (an engine new to the job, lost its leader before the first epoch end) holds nothing to go on from: it would
+    silently train from the first epoch again, so it does not count."""
     lost = [o for o in outcomes if o and (o.get("died") or o.get("ename") == "HostLost")]
     own = [o for o in outcomes if o and not o.get("ok") and not _left_after_a_loss(o) and o not in lost]
     if not lost or own:
         return []
-    return [eid for eid, o in zip(ids, outcomes) if o and _left_after_a_loss(o)]
+    holds = [(o or {}).get("commits", 0) > 0 or not committed for o in outcomes]
+    return [eid for eid, o, held in zip(ids, outcomes, holds) if o and _left_after_a_loss(o) and held]
 
 
 def _left_after_a_loss(outcome) -> bool:

@@ -320,6 +320,7 @@ class JobRunner(Configurable):
         survivors: list = []
         reason = "started"
         futile, commits_before = 0, 0  # losses in a row without a commit between them
+        committed = False  # any rank of any group so far committed: survivors must hold a commit to go on
         while True:
             cold = self.cluster.client is None
             if cold:
@@ -342,7 +343,8 @@ class JobRunner(Configurable):
             jr.tell(self._phase_text(n, options.backend, cold))
             outcomes, ars, ending = self._execute(jr, ids, groups)
             change = outcomes[0].get("membership_change") if ending.status == "ok" and outcomes[0] else None
-            left = elastic.survivors(ids, outcomes) if ending.status == "failed" else []
+            committed = committed or any((o or {}).get("commits", 0) for o in outcomes)
+            left = elastic.survivors(ids, outcomes, committed) if ending.status == "failed" else []
             if change:
                 survivors, reason = list(ids), change
             elif left:
@@ -355,6 +357,13 @@ class JobRunner(Configurable):
                 survivors = left
                 reason = f"lost {_lost_ranks_text(job.hosts, outcomes)}"
             else:
+                if ending.status == "failed" and elastic.survivors(ids, outcomes):  # only engines new to the job left
+                    print(
+                        f"[jupyter-dl] job {job.name!r}: lost {_lost_ranks_text(job.hosts, outcomes)}, the only "
+                        "ranks holding the last commit; the others joined too late to hold it, so the job ends here",
+                        file=jr.stderr or sys.stderr,
+                        flush=True,
+                    )
                 return outcomes, ars, ending
             jr.segment += 1
 
