@@ -20,7 +20,7 @@ import math
 import socket
 import sys
 
-from jupyter_dl.runtime import file_writes, lr_callbacks, stall_watch
+from jupyter_dl.runtime import batch_counts, file_writes, lr_callbacks, stall_watch
 from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
 from jupyter_dl.wire.lr_scale import lr_scale_factor
@@ -173,7 +173,11 @@ class KerasHooks:
         if self.elastic is not None:  # after the user's callbacks: a commit holds what they did with the epoch
             last.append(self._commit_callback(model, epochs, checkpoint, resume, kept))
         kwargs["callbacks"] = extra + callbacks + last
-        with lr_callbacks.in_single_rank_units(callbacks, self.updates), self._traced_with_hooks(model):
+        with (
+            lr_callbacks.in_single_rank_units(callbacks, self.updates),
+            batch_counts.in_one_process_batches(callbacks, self.size),
+            self._traced_with_hooks(model),
+        ):
             history = self._orig_fit(model, x, y, *args, **kwargs)
         # Rank 0's callbacks may still be writing (ModelCheckpoint's best model): no rank goes on, perhaps to read
         # that file, before they are done.
@@ -358,10 +362,14 @@ def _make_checkpoint_callback(keras, model, checkpoint, resume, rank):
 
 def _build_before_tracing(model, iterator=None, data_batch=None):
     """Keras' own build from the first batch's shapes (what fit does under a tf.distribute strategy)."""
+    built, shapes = model.built, getattr(model, "_build_shapes_dict", None)
     try:
         type(model)._symbolic_build(model, iterator=iterator, data_batch=data_batch)
     except Exception:  # a call() that cannot take the training batch: left to build in the step, as before
-        pass
+        # Keras marks a model whose build failed built, with no input shape (keras.io's contrastive model has no
+        # call()): it would not come back, as its build config cannot be replayed. Unbuilt, as in one process.
+        if not built:
+            model.built, model._build_shapes_dict = False, shapes
 
 
 def _make_sync_callback(

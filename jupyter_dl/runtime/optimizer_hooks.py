@@ -123,7 +123,12 @@ class DistributedUpdates:
         import tensorflow as tf
 
         with tf.init_scope():
-            backend().broadcast_from_root(fresh)
+            # A variable made while this step is traced (a sub-model the train_step builds on its first call, as
+            # keras.io's contrastive model does) holds no value until the traced step first runs: it is left to
+            # fit's sync after the first step.
+            fresh = [v for v in fresh if _has_value(v)]
+            if fresh:
+                backend().broadcast_from_root(fresh)
         self.mark_synced(fresh)
 
     def mark_synced(self, variables):
@@ -196,6 +201,13 @@ class DistributedUpdates:
 
     def scaled(self, value):
         return value * self.lr_factor
+
+
+def _has_value(variable) -> bool:
+    """False for a variable whose initial value is still to be assigned by the function being traced."""
+    value = getattr(variable, "_value", None)  # a Keras variable's tf.Variable
+    is_initialized = getattr(variable if value is None else value, "is_initialized", None)
+    return is_initialized is None or bool(is_initialized())
 
 
 def _classes_defining_apply(base):

@@ -73,6 +73,10 @@ class Record:
     kwargs: dict
     compile: tuple | None = None  # (args, kwargs) of the outermost compile call
     attributes: dict = field(default_factory=dict)  # plain values the user set on the object
+    # Build configs of sub-layers held as attributes that the constructor leaves unbuilt (keras.io's contrastive
+    # model's encoder, a Sequential without an Input, builds on its first call in train_step): built again on
+    # arrival, so their trained weights have somewhere to load.
+    built_parts: dict = field(default_factory=dict)
 
 
 def is_foreign(cls) -> bool:
@@ -163,7 +167,26 @@ def _record_of(obj) -> Record:
             tuple(_encode(a, f"argument {i} of {cls}.compile()") for i, a in enumerate(compiled.args)),
             {k: _encode(v, f"argument '{k}' of {cls}.compile()") for k, v in compiled.kwargs.items()},
         )
-    return Record(args, kwargs, compile_call, _user_attributes(obj))
+    return Record(args, kwargs, compile_call, _user_attributes(obj), _built_parts(obj))
+
+
+def _built_parts(obj) -> dict:
+    parts = {}
+    for name, value in obj.__dict__.items():
+        if not name.startswith("_") and getattr(value, "built", False) and hasattr(value, "get_build_config"):
+            with contextlib.suppress(Exception):
+                if config := value.get_build_config():
+                    parts[name] = _plain(config)
+    return parts
+
+
+def _plain(value):
+    """Keras' tracked dicts and lists (a build config is one) as plain ones: they do not unpickle elsewhere."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value) if type(value) in (list, tuple) else list(map(_plain, value))
+    return value
 
 
 def _user_attributes(obj) -> dict:
@@ -198,6 +221,11 @@ def _rebuild(cls, config):
     # (a distiller's teacher) that the constructor was given.
     if "trainable" in config and obj.trainable != config["trainable"]:
         obj.trainable = config["trainable"]
+    for attribute, build_config in record.built_parts.items():
+        part = getattr(obj, attribute, None)
+        if part is not None and not getattr(part, "built", True):
+            with contextlib.suppress(Exception):  # as Keras' loader would leave it
+                part.build_from_config(build_config)
     if record.compile is not None:
         cargs, ckwargs = record.compile
         obj.compile(*_decode(cargs), **_decode(ckwargs))
@@ -304,8 +332,11 @@ def install():
         if (
             _names_by_id.get() is not None
             and "_jdl_made_with" in self.__dict__
-            and python_utils.is_default(self.get_config)
-            and not _keras_rebuilds_it(self)
+            and (
+                not _keras_rebuilds_it(self)
+                if python_utils.is_default(self.get_config)
+                else not _own_config_replays(self)
+            )
         ):
             blob = cloudpickle.dumps(_record_of(self))
             return {"name": self.name, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
@@ -319,6 +350,7 @@ def install():
 
     _patch_serialization()
     _patch_losses_and_metrics()
+    _patch_build_from_config(Model)
     original_compile_from_config = Trainer.compile_from_config
 
     def compile_from_config(self, config):
@@ -359,6 +391,26 @@ def _patch_serialization():
 
     serialization_lib.serialize_keras_object = serialize_keras_object
     serialization_lib.deserialize_keras_object = deserialize_keras_object
+
+
+def _patch_build_from_config(model_class):
+    """A model whose own build() only makes its sub-layers (the "making new layers" guide's `MLPBlock`) is left by
+    Keras' loader with sub-layers that have no weights yet, so the trained values have nowhere to go and the model
+    comes back untrained. While we deserialise, such a model is also called once, symbolically, as fit would."""
+    original = model_class.build_from_config
+
+    def build_from_config(self, config):
+        original(self, config)
+        if (
+            _resolver.get() is not None
+            and is_foreign(type(self))
+            and (config or {}).get("input_shape") is not None
+            and not all(layer.built for layer in self._flatten_layers(include_self=False))
+        ):
+            with contextlib.suppress(Exception):  # a call() that cannot run symbolically: as Keras left it
+                self._build_by_run_for_single_pos_arg(config["input_shape"])
+
+    model_class.build_from_config = build_from_config
 
 
 def _patch_losses_and_metrics():
@@ -405,6 +457,16 @@ def _keras_rebuilds_it(obj) -> bool:
         return True  # its own from_config reads Keras' automatic config
     spec = inspect.getfullargspec(cls.__init__)
     return spec.varkw is not None
+
+
+def _own_config_replays(obj) -> bool:
+    """Whether a class's own get_config, built on Keras' (it called super().get_config(): we are in it), can be
+    replayed by Keras' from_config: `cls(**config)` passes `name`, `trainable` and `dtype` back, which keras.io's
+    ViT `Patches.__init__(self, patch_size)` does not take. Else the config carries the construction record too."""
+    cls = type(obj)
+    if any(is_foreign(k) and "from_config" in k.__dict__ for k in cls.__mro__):
+        return True
+    return inspect.getfullargspec(cls.__init__).varkw is not None
 
 
 def _from_config_replaying(original):

@@ -111,6 +111,12 @@ def _build_as(existing, arrived):
     config = arrived.get_build_config()
     if config:
         existing.build_from_config(config)
+    if config and not existing.built:  # Keras' default build() ran the call but left `built` unset: saving the
+        shapes = config.get("shapes_dict") or {"input_shape": config.get("input_shape")}
+        try:  # model would warn that it was never built, and one process's fit had built it
+            existing.build(**shapes)
+        except Exception:  # its own build() that cannot run from shapes: as before
+            pass
 
 
 def _same_compile(existing, arrived) -> bool:

@@ -45,6 +45,8 @@ class KerasPayload:
     other_optimizers: dict = field(default_factory=dict)
     # Names of the receiver's objects this one was built from (construction.NameRef): rebuilt after them.
     refs: set = field(default_factory=set)
+    # A metric's running totals: Keras' archive rebuilds a metric empty (`epoch_loss_avg.result()` would say 0.0).
+    metric_state: list | None = None
 
 
 is_keras_saveable = construction.is_keras_saveable
@@ -80,7 +82,13 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
             for attribute, optimizer in other_optimizers(value).items()
         },
         refs=set(referenced),
+        metric_state=[v.numpy() for v in value.variables] if _is_metric(value) else None,
     )
+
+
+def _is_metric(value) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(value, keras.metrics.Metric)
 
 
 def other_optimizers(value) -> dict:
@@ -193,6 +201,9 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
     finally:
         keras.config.set_dtype_policy(previous_policy)
     restore_optimizers(value, payload)
+    if payload.metric_state is not None and same_shapes(value.variables, payload.metric_state):
+        for variable, saved in zip(value.variables, payload.metric_state):
+            variable.assign(saved)
     return value
 
 
@@ -227,6 +238,10 @@ def _classes_in(value):
         parts.extend(layers(include_self=False))
     for part in list(parts):
         parts.extend(construction.recorded_parts(part))
+        # Functions a layer holds (a Lambda over a notebook function): its config names them only by name. Not
+        # methods (Keras keeps a wrapped `build` there).
+        held = getattr(part, "__dict__", {}).values()
+        parts.extend(f for f in held if isinstance(f, types.FunctionType) and "." not in f.__qualname__)
     for attribute in ("loss", "optimizer"):
         part = getattr(value, attribute, None)
         if part is not None and not isinstance(part, (str, list, dict)):

@@ -24,10 +24,11 @@ MAX_ITEMS = 10_000  # a list of results, not a dataset: larger containers are no
 
 
 def tracked(value) -> bool:
-    """A Keras metric, callback (not a History, which comes back as its own kind) or variable."""
+    """A Keras metric, callback (not a History, which comes back as its own kind) or variable, or a tf.Module (the
+    "basic training loops" tutorial's `MyModel` with its `tf.Variable`s, trained by `assign_sub`)."""
     import keras
 
-    if isinstance(value, (keras.metrics.Metric, keras.Variable)) or _is_tf_variable(value):
+    if isinstance(value, (keras.metrics.Metric, keras.Variable)) or _is_tf_variable(value) or _is_tf_module(value):
         return True
     return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
 
@@ -60,6 +61,8 @@ def state_of(value):
         return {"variables": [np.array(v.numpy()) for v in value.variables]}
     if isinstance(value, keras.Variable) or _is_tf_variable(value):
         return {"variables": [np.array(value.numpy())]}
+    if _is_tf_module(value):  # its variables, in tf.Module's own order (by attribute name), the same on both sides
+        return {"variables": [np.array(v.numpy()) for v in value.variables]}
     if type(value) in (list, dict, set):
         return {"plain": _plain_copy(value)}
     return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
@@ -129,6 +132,13 @@ def _is_tf_variable(value) -> bool:
 
     tf = sys.modules.get("tensorflow")
     return tf is not None and isinstance(value, tf.Variable)
+
+
+def _is_tf_module(value) -> bool:
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, tf.Module)
 
 
 def _plain_copy(value, depth=0):

@@ -116,6 +116,8 @@ def _with_globals(fn, globals_: dict):
     """The same function (code, defaults, closure, attributes) reading its globals from `globals_`."""
     copy = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    # Still the notebook's (__main__): found again by name where a Keras config names it (a Lambda over it).
+    copy.__module__ = fn.__module__
     copy.__dict__.update(fn.__dict__)
     return copy
 
@@ -157,6 +159,8 @@ def notebook_functions(value) -> list:
     fn = getattr(value, "python_function", value) if _is_tf_function(value) else value
     if isinstance(fn, types.FunctionType):
         return [fn] if fn.__module__ == "__main__" else []
+    if type(value) in (list, tuple) and len(value) <= 64:  # `callbacks = [...]`: each one's
+        return [f for item in value if type(item) not in (list, tuple) for f in notebook_functions(item)]
     if isinstance(value, type):
         classes = set(value.__mro__)
     else:
@@ -172,6 +176,10 @@ def notebook_functions(value) -> list:
             member = getattr(member, "__func__", member)  # staticmethod, classmethod
             parts = (member.fget, member.fset) if isinstance(member, property) else (member,)
             found.extend(p for p in parts if isinstance(p, types.FunctionType))
+    # Functions it holds: a LambdaCallback's `on_epoch_end=lambda epoch, logs: losses.append(logs["loss"])` fills
+    # the notebook's `losses`, a LearningRateScheduler's schedule reads the notebook's settings.
+    held = vars(value).values() if not isinstance(value, type) and hasattr(value, "__dict__") else ()
+    found.extend(f for f in held if isinstance(f, types.FunctionType) and f.__module__ == "__main__")
     return found
 
 
@@ -382,7 +390,8 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
         else:
             values[name] = value
     receivers_own = {k: v for k, v in (namespace or {}).items() if k not in packed}
-    receivers_own.update(values)
+    # A function not yet made over a namespace (an engine's, FunctionPayload) is nothing a Keras config can name.
+    receivers_own.update((k, v) for k, v in values.items() if not isinstance(v, FunctionPayload))
 
     def resolve(name):
         """The receiver's object for a name a Keras object was built from: what came back, else its own."""
