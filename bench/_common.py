@@ -64,3 +64,20 @@ def finish(bench_file, results, t_start, before, dists=("ipyparallel", "horovod"
     after = print_load(before)
     bench = pathlib.Path(bench_file)
     write_results(bench.parent / "results" / f"{bench.stem}.json", results, t_start, before, after, dists)
+
+
+def hang_watch(after_s, hangs, name):
+    """A watchdog for one run of a soak: unless the returned Event is set within `after_s` seconds, `name` is added
+    to `hangs` and the main thread is interrupted (KeyboardInterrupt), so a hung run ends the soak, not the machine."""
+    import _thread
+    import threading
+
+    finished = threading.Event()
+
+    def watch():
+        if not finished.wait(after_s):
+            hangs.append(name)
+            _thread.interrupt_main()
+
+    threading.Thread(target=watch, daemon=True, name="soak-hang-watch").start()
+    return finished

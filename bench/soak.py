@@ -17,7 +17,6 @@ import pathlib
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -84,16 +83,7 @@ def main():
     for i in range(args.runs):
         fault = FAULTS[i % len(FAULTS)]
         workdir = tempfile.mkdtemp(prefix="jdl-soak-")
-        finished = threading.Event()
-
-        def watchdog(finished=finished, fault=fault):  # this run's, not a later iteration's
-            if not finished.wait(args.hang_after):
-                hangs.append(fault.name)
-                import _thread
-
-                _thread.interrupt_main()
-
-        threading.Thread(target=watchdog, daemon=True).start()
+        finished = _common.hang_watch(args.hang_after, hangs, fault.name)
         run = run_fault(fault, workdir)
         finished.set()
         if hangs:

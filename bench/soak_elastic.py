@@ -226,16 +226,7 @@ def main(argv=None):
             t_fault = time.perf_counter()
             wait_for_engines(session.cluster)
             workdir = tempfile.mkdtemp(prefix="jdl-soak-elastic-")
-            finished = threading.Event()
-
-            def watchdog(finished=finished, fault=fault):  # this run's, not a later iteration's
-                if not finished.wait(args.hang_after):
-                    hangs.append(fault.name)
-                    import _thread
-
-                    _thread.interrupt_main()
-
-            threading.Thread(target=watchdog, daemon=True).start()
+            finished = _common.hang_watch(args.hang_after, hangs, fault.name)
             run = run_elastic_fault(fault, workdir, session, args.backend)
             finished.set()
             if stopping.is_set():
