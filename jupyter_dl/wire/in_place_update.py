@@ -6,6 +6,7 @@ comes back from rank 0 is a rebuilt copy; copying its state into the notebook's 
 right. Where the objects do not fit (another architecture, a recompiled model), the copy replaces them instead.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 from jupyter_dl.wire import keras_objects
@@ -111,12 +112,13 @@ def _build_as(existing, arrived):
     config = arrived.get_build_config()
     if config:
         existing.build_from_config(config)
-    if config and not existing.built:  # Keras' default build() ran the call but left `built` unset: saving the
+    # Keras' default build() ran the call but left `built` unset (a model with add_weight in __init__): saving it
+    # would warn that it was never built, where one process's fit had built it. A build() of the model's own that
+    # cannot run from shapes is left as it was.
+    if config and not existing.built:
         shapes = config.get("shapes_dict") or {"input_shape": config.get("input_shape")}
-        try:  # model would warn that it was never built, and one process's fit had built it
+        with contextlib.suppress(Exception):
             existing.build(**shapes)
-        except Exception:  # its own build() that cannot run from shapes: as before
-            pass
 
 
 def _same_compile(existing, arrived) -> bool:

@@ -135,11 +135,15 @@ def restore_optimizer(optimizer, state, variables) -> bool:
         if variables is None:
             return False
         optimizer.build(variables)
-    own = optimizer.variables
-    if not same_shapes(own, state):
+    return assign_if_same_shapes(optimizer.variables, state)
+
+
+def assign_if_same_shapes(variables, saved) -> bool:
+    """Assign `saved` (arrays) to `variables` one to one; False, changing nothing, when they do not pair up."""
+    if not same_shapes(variables, saved):
         return False
-    for variable, saved in zip(own, state):
-        variable.assign(saved)
+    for variable, value in zip(variables, saved):
+        variable.assign(value)
     return True
 
 
@@ -201,9 +205,8 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
     finally:
         keras.config.set_dtype_policy(previous_policy)
     restore_optimizers(value, payload)
-    if payload.metric_state is not None and same_shapes(value.variables, payload.metric_state):
-        for variable, saved in zip(value.variables, payload.metric_state):
-            variable.assign(saved)
+    if payload.metric_state is not None:
+        assign_if_same_shapes(value.variables, payload.metric_state)
     return value
 
 

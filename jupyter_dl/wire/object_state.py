@@ -28,7 +28,11 @@ def tracked(value) -> bool:
     "basic training loops" tutorial's `MyModel` with its `tf.Variable`s, trained by `assign_sub`)."""
     import keras
 
-    if isinstance(value, (keras.metrics.Metric, keras.Variable)) or _is_tf_variable(value) or _is_tf_module(value):
+    if (
+        isinstance(value, (keras.metrics.Metric, keras.Variable))
+        or _is_tf(value, "Variable")
+        or _is_tf(value, "Module")
+    ):
         return True
     return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
 
@@ -57,12 +61,11 @@ def state_of(value):
     """What a cell may change in a tracked object, as plain data."""
     import keras
 
-    if isinstance(value, keras.metrics.Metric):
+    # A tf.Module's variables come in its own order (by attribute name), the same on both sides.
+    if isinstance(value, keras.metrics.Metric) or _is_tf(value, "Module"):
         return {"variables": [np.array(v.numpy()) for v in value.variables]}
-    if isinstance(value, keras.Variable) or _is_tf_variable(value):
+    if isinstance(value, keras.Variable) or _is_tf(value, "Variable"):
         return {"variables": [np.array(value.numpy())]}
-    if _is_tf_module(value):  # its variables, in tf.Module's own order (by attribute name), the same on both sides
-        return {"variables": [np.array(v.numpy()) for v in value.variables]}
     if type(value) in (list, dict, set):
         return {"plain": _plain_copy(value)}
     return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
@@ -127,25 +130,19 @@ def _histories_again(value):
     return value
 
 
-def _is_tf_variable(value) -> bool:
+def _is_tf(value, kind: str) -> bool:
+    """Whether `value` is a tf.<kind> (tf.Variable, tf.Module), without importing TensorFlow where nothing has."""
     import sys
 
     tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(value, tf.Variable)
-
-
-def _is_tf_module(value) -> bool:
-    import sys
-
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(value, tf.Module)
+    return tf is not None and isinstance(value, getattr(tf, kind))
 
 
 def _plain_copy(value, depth=0):
     """A copy of `value` made of plain data (tensors as NumPy arrays), or _UNPLAIN."""
     if depth > 4:
         return _UNPLAIN
-    if hasattr(value, "numpy") and type(value).__module__.startswith("tensorflow") and not _is_tf_variable(value):
+    if hasattr(value, "numpy") and type(value).__module__.startswith("tensorflow") and not _is_tf(value, "Variable"):
         value = value.numpy()
     if isinstance(value, np.ndarray):
         return value.copy() if value.dtype != object else _UNPLAIN
