@@ -17,15 +17,20 @@ def start_on_gpu(cluster, gpu: int, environment: dict):
     return cluster.start_engines_sync(1, environment=env)
 
 
-def start_set(cluster, launcher: str, n: int, environment: dict, index: int):
-    """n engines as one set, the cluster's `index`th: local CPU engines, or the launcher's; returns the set id."""
+def start_set(cluster, launcher: str, n: int, environment: dict, index: int, engine_cmd=None):
+    """n engines as one set, the cluster's `index`th: local CPU engines, or the launcher's; returns the set id.
+    `engine_cmd`, for local engines: what starts each one instead of ipyparallel's default (a fork server's)."""
     if launcher != "local":
         return cluster.start_engines_sync(
             n, environment=dict(environment), **_launcher_options(cluster, launcher, index)
         )
-    if gpus.discover():  # CPU engines on a host with GPUs keep off them
-        environment = {**environment, "CUDA_VISIBLE_DEVICES": ""}
-    return cluster.start_engines_sync(n, environment=dict(environment))
+    options = {"engine_cmd": list(engine_cmd)} if engine_cmd else {}
+    return cluster.start_engines_sync(n, environment=cpu_environment(environment), **options)
+
+
+def cpu_environment(environment: dict) -> dict:
+    """Local CPU engines' environment: on a host with GPUs they keep off them."""
+    return {**environment, "CUDA_VISIBLE_DEVICES": ""} if gpus.discover() else dict(environment)
 
 
 def _launcher_options(cluster, launcher: str, index: int) -> dict:

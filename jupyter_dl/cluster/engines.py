@@ -21,6 +21,7 @@ from jupyter_dl.cluster import engine_sets, scheduler_queue, size_checks, ssh_en
 from jupyter_dl.cluster import reaper as cluster_reaper
 from jupyter_dl.cluster import status as cluster_status
 from jupyter_dl.cluster.background_start import BackgroundStart
+from jupyter_dl.cluster.fork_server import ForkServer
 from jupyter_dl.cluster.known_engines import KnownEngines
 from jupyter_dl.cluster.registration import wait_for_engines
 from jupyter_dl.cluster.size_checks import counted
@@ -56,7 +57,18 @@ def _ipyparallel_log():
 
 
 # What a cluster started elsewhere (background_start.py) hands over to the EngineCluster that adopts it.
-_STATE = ("cluster", "client", "owned", "_known", "_expected", "devices", "_launcher", "_engine_sets", "_reaper")
+_STATE = (
+    "cluster",
+    "client",
+    "owned",
+    "_known",
+    "_expected",
+    "devices",
+    "_launcher",
+    "_engine_sets",
+    "_reaper",
+    "_forks",
+)
 
 
 class EngineCluster(Configurable):
@@ -99,6 +111,23 @@ class EngineCluster(Configurable):
         "lower priority lets the notebook go first and costs training nothing while the notebook is idle. 0 "
         "leaves the engines as they start; engines on other hosts, or of a cluster connected to, are not changed.",
     ).tag(config=True)
+    fork_engines = Bool(
+        True,
+        help="Start the embedded local cluster's CPU engines from a fork server that has imported TensorFlow, Keras "
+        "and Horovod once, instead of each engine importing them itself (~7 s of CPU each: on 2 cores the first "
+        "cell waited for two imports, and a replacement of a dead engine for a whole new one). Engines on GPUs, "
+        "on other hosts or from a scheduler start as ipyparallel starts them. The server imports with the "
+        "environment of the cluster's start: a variable the notebook sets later for TensorFlow's import reaches "
+        "new engines only with this off.",
+    ).tag(config=True)
+    heartbeat_ms = Integer(
+        1000,
+        help="Heartbeat period (ms) of the controller of clusters started here (ipyparallel's HeartMonitor.period, "
+        "3000 by default). A new engine counts as registered only at the second heartbeat after it connects, so "
+        "ipyparallel's default kept every engine start 3-6 s longer than the engine itself took; a dead engine "
+        "is dropped after 10 missed beats (10 s here instead of 30). A HeartMonitor.period in "
+        "c.Cluster.controller_args wins.",
+    ).tag(config=True)
     start_on_load = Bool(
         True,
         help="When `%load_ext jupyter_dl` runs in a notebook cell, start the embedded local cluster right away, in "
@@ -123,6 +152,7 @@ class EngineCluster(Configurable):
         self._background = None  # start_in_background's BackgroundStart, until adopted or stopped
         self._unclaimed = None  # adopted from it and unused yet: what it was started as (n, launcher, GPUs)
         self._allocating = False  # started by allocate(): its engines come and go with each job's allocation
+        self._forks = None  # the fork server local CPU engines come from (fork_engines), while the cluster runs
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def default_size(self) -> int:
@@ -150,7 +180,13 @@ class EngineCluster(Configurable):
         if engines == "ssh":
             hosts = ssh_engines.prepare(cluster)
             n = cluster.n = requested or sum(hosts.values())
-        self._start_controller(cluster, engines)
+        if engines == "local" and not devices:
+            self._fork_server()  # its TensorFlow import goes on while the controller starts
+        try:
+            self._start_controller(cluster, engines)
+        except BaseException:
+            self._stop_fork_server()
+            raise
         try:
             self._start_engines(n, devices[:n])
             self.client = cluster.connect_client_sync()
@@ -189,6 +225,8 @@ class EngineCluster(Configurable):
             ) from None
 
     def _start_controller(self, cluster, engines):
+        # Ahead of the configured arguments, so that one of the user's own wins.
+        cluster.controller_args = [f"--HeartMonitor.period={self.heartbeat_ms}", *cluster.controller_args]
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
         controller_pid = getattr(cluster.controller, "pid", None)
@@ -203,9 +241,26 @@ class EngineCluster(Configurable):
                 self.devices.append(dev)
         else:
             index = len(self._engine_sets)
+            engine_cmd = self._fork_server() if self._launcher == "local" else None
             self._engine_sets.append(
-                engine_sets.start_set(self.cluster, self._launcher, n, self.engine_environment, index)
+                engine_sets.start_set(self.cluster, self._launcher, n, self.engine_environment, index, engine_cmd)
             )
+
+    def _fork_server(self):
+        """The engine command of this cluster's fork server, started (again, if it died) when needed; None when
+        engines are not forked."""
+        if not self.fork_engines:
+            return None
+        if self._forks is None or self._forks.process.poll() is not None:
+            self._stop_fork_server()
+            environment = engine_sets.cpu_environment(self.engine_environment)
+            self._forks = ForkServer(environment, self.engine_niceness)
+        return self._forks.engine_cmd
+
+    def _stop_fork_server(self):
+        forks, self._forks = self._forks, None
+        if forks is not None:
+            forks.stop()
 
     # ------------------------------------------------------------------ allocations (pool/slurm.py: one per job)
     def allocate(self, n, launcher, **launcher_options):
@@ -305,6 +360,7 @@ class EngineCluster(Configurable):
             client.close()
         if cluster is not None and owned:
             cluster.stop_cluster_sync()
+        self._stop_fork_server()  # after the engines it forked: those were the launcher's to stop
         reaper, self._reaper = self._reaper, None
         if reaper is not None:  # it would exit by itself within a second; don't leave it behind as a zombie
             reaper.terminate()

@@ -7,7 +7,7 @@ import re
 import time
 
 import psutil
-from real_kernel import cluster_processes, fresh_kernel, run
+from real_kernel import cluster_processes, fresh_kernel, launched_engines, run
 
 FIRST_CELL = "%%distribute -n 2 --manual\nprint('hello from rank', 0)\n"
 RUNNING = re.compile(r"cluster (\S+) \(started here\): (\d+) engines on")
@@ -85,7 +85,7 @@ def test_start_with_other_options_replaces_the_early_cluster():
         _ok(client, "%load_ext jupyter_dl")
         early_id, _engines = _running(client)
         early = cluster_processes(pid)
-        assert sum("ipyparallel.engine" in p.cmdline() for p in early) == 2
+        assert launched_engines(early) == 2
         shown = _ok(client, "%dl_cluster start -n 3")
         found = RUNNING.search(shown)
         assert found and found.group(1) != early_id and found.group(2) == "3", shown
@@ -109,7 +109,7 @@ def test_the_kernels_exit_while_it_starts_leaves_no_process():
     with fresh_kernel() as (client, pid, manager):
         _ok(client, "%load_ext jupyter_dl")
         deadline = time.monotonic() + 120
-        while sum("ipyparallel.engine" in p.cmdline() for p in cluster_processes(pid)) < 2:
+        while launched_engines(cluster_processes(pid)) < 2:
             assert time.monotonic() < deadline, "the engines never started"
             time.sleep(0.1)
         started = cluster_processes(pid)

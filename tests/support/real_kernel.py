@@ -49,6 +49,16 @@ def cluster_processes(kernel_pid):
     found = []
     for proc in below:
         with contextlib.suppress(psutil.Error):
-            if any(part.startswith(("ipyparallel", "jupyter_dl.cluster")) for part in proc.cmdline()):
+            if any(
+                part.startswith(("ipyparallel", "jupyter_dl.cluster", "jupyter_dl.runtime")) for part in proc.cmdline()
+            ):
                 found.append(proc)
     return found
+
+
+def launched_engines(processes) -> int:
+    """How many engines ipyparallel launched among `processes`: plain ones, or the stand-ins of forked ones."""
+    return sum(
+        any(part in ("ipyparallel.engine", "jupyter_dl.runtime.forked_engine") for part in p.cmdline())
+        for p in processes
+    )

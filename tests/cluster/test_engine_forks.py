@@ -1,0 +1,112 @@
+"""The embedded local cluster's CPU engines come from one fork server that imported TensorFlow once
+(EngineCluster.fork_engines): ipyparallel still starts, watches and stops each engine through the small process
+that stands in for it, and a dead engine's replacement forks instead of importing TensorFlow again. Real engines,
+a real fork server, real signals."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from ipyparallel import interactive
+
+from jupyter_dl.cluster.fork_server import ForkServer
+
+
+@interactive  # sent by value: the engines cannot import this test module
+def _who():
+    import os
+    import sys
+
+    import numpy as np
+
+    return {
+        "pid": os.getpid(),
+        "parent": os.getppid(),
+        "imported": "tensorflow" in sys.modules and "keras" in sys.modules,
+        "draw": float(np.random.rand()),
+        "quiet": os.environ.get("TF_CPP_MIN_LOG_LEVEL"),
+        "connection": "IPP_CONNECTION_INFO" in os.environ,
+    }
+
+
+def _until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _stand_ins(cluster):
+    return [
+        launcher.pid for engine_set in cluster.cluster.engines.values() for launcher in engine_set.launchers.values()
+    ]
+
+
+def test_engines_fork_from_one_server_and_end_with_what_stands_in_for_them():
+    from jupyter_dl.cluster.engines import EngineCluster
+
+    cluster = EngineCluster()
+    cluster.start(n=2)
+    try:
+        server = cluster._forks
+        ids = cluster.engine_ids()
+        first = cluster.client[ids].apply_sync(_who)
+        # Both engines are the server's children, TensorFlow already imported; each as a launched engine would be:
+        # its own random draws, the launcher's environment (the controller's address) and the cluster's.
+        assert {who["parent"] for who in first} == {server.pid}, first
+        assert all(who["imported"] and who["connection"] and who["quiet"] == "2" for who in first), first
+        assert first[0]["draw"] != first[1]["draw"], first
+
+        # An engine killed: the process ipyparallel launched for it ends too, and its replacement is forked.
+        stand_ins = _stand_ins(cluster)
+        os.kill(first[0]["pid"], signal.SIGKILL)
+        _until(lambda: not _running(stand_ins[0]))
+        cluster.replace_dead([ids[0]])
+        cluster.ensure(2)
+        live = cluster.engine_ids()
+        replacement = cluster.client[[i for i in live if i != ids[1]]].apply_sync(_who)[0]
+        assert replacement["parent"] == server.pid and replacement["imported"], replacement
+
+        # The process standing in for an engine killed (the launcher's last resort): the engine ends with it.
+        os.kill(stand_ins[1], signal.SIGKILL)
+        _until(lambda: not _running(first[1]["pid"]))
+    finally:
+        cluster.stop()
+    # Stopping the cluster ends the server and removes its socket's folder.
+    _until(lambda: not _running(server.pid))
+    assert not os.path.exists(server.directory)
+    assert not _running(replacement["pid"])
+
+
+def _run_stand_in(socket_path):
+    """The stand-in as the launcher runs it, asking for an engine that prints its help and exits."""
+    command = [sys.executable, "-m", "jupyter_dl.runtime.forked_engine", socket_path, "--help"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("server_running", [True, False])
+def test_the_engine_writes_to_the_stand_in_s_output_and_a_dead_server_leaves_a_plain_engine(server_running):
+    server = ForkServer({"TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        if not server_running:
+            server.process.kill()
+            server.process.wait()
+        done = _run_stand_in(server.socket_path)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "IPEngine" in done.stdout  # the engine's own help, on the stand-in's stdout (passed to the fork)
+    fell_back = "the engine fork server is not running; starting a plain engine" in done.stderr
+    assert fell_back == (not server_running), done.stderr[-2000:]
