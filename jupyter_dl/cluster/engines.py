@@ -118,7 +118,7 @@ class EngineCluster(Configurable):
         "cell waited for two imports, and a replacement of a dead engine for a whole new one). Engines on GPUs, "
         "on other hosts or from a scheduler start as ipyparallel starts them. The server imports with the "
         "environment of the cluster's start: a variable the notebook sets later for TensorFlow's import reaches "
-        "new engines only with this off.",
+        "new engines only with this off. Linux only.",
     ).tag(config=True)
     heartbeat_ms = Integer(
         1000,
@@ -249,7 +249,7 @@ class EngineCluster(Configurable):
     def _fork_server(self):
         """The engine command of this cluster's fork server, started (again, if it died) when needed; None when
         engines are not forked."""
-        if not self.fork_engines:
+        if not self.fork_engines or not sys.platform.startswith("linux"):  # macOS forbids much after a fork
             return None
         if self._forks is None or self._forks.process.poll() is not None:
             self._stop_fork_server()

@@ -172,7 +172,9 @@ def run(spec: RankSpec) -> dict:
         keras_objects.record_constructor_arguments_when_keras_loads()  # subclassed models built here can go back
         os.environ.update(spec.secret_values)  # for this job only; removed below
         _follow_the_notebook(spec.kernel_cwd, spec.kernel_sys_path)
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        # get_ipython: IPython puts it in a cell's globals, ipyparallel's apply does not; here it is the engine's shell
+        # (a cell asking whether it runs in Colab, or calling a magic by hand, works as in the notebook).
+        namespace = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _engine_shell}
         namespace.update({name: _SHIPPED[name][1] for name in spec.names_in})
         payload.bind_functions(namespace)
         keras_objects.register_again(spec.keras_registrations, namespace)
@@ -302,6 +304,12 @@ def _hooks_for(spec: RankSpec):
         balance=spec.balance_batches,
         elastic=(spec.job_id, spec.elastic_board, spec.segment) if spec.elastic_board else None,
     )
+
+
+def _engine_shell():
+    from IPython import get_ipython
+
+    return get_ipython()
 
 
 def _exec_cell(spec: RankSpec, namespace):

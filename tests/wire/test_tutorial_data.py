@@ -223,6 +223,7 @@ drawn = (random.random(), float(np.random.rand()), float(keras.random.uniform(()
          int(tf.random.uniform((), 0, 10**9)))
 flag = os.environ.get("DIGITS_FLAG")
 kept_out = (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("TF_CONFIG"))
+in_colab = ("google.colab" in str(get_ipython()), get_ipython() is not None)
 history = model.fit(x_train, y_train, epochs=1, batch_size=64, verbose=0)
 """
 
@@ -234,7 +235,8 @@ def test_a_seed_and_variables_set_in_earlier_cells_hold_on_the_ranks(shell, digi
     """`keras.utils.set_random_seed(1)` in an earlier cell: the model the distributed cell builds starts from the
     weights one process would draw, every generator the cell draws from (Python, NumPy, Keras, TensorFlow) gives
     what it gives in one process, and the notebook's next cell draws on from there. A variable an earlier cell set
-    in os.environ is there for the cell, gone from the engines afterwards; the notebook's device
+    in os.environ is there for the cell, gone from the engines afterwards; `get_ipython()` answers on the ranks
+    (notebooks check for Colab with it); the notebook's device
     and TensorFlow cluster settings are not sent (each rank's own placement holds)."""
     shell.user_ns.update(digits)
     monkeypatch.delenv("DIGITS_FLAG", raising=False)
@@ -249,13 +251,14 @@ def test_a_seed_and_variables_set_in_earlier_cells_hold_on_the_ranks(shell, digi
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
         monkeypatch.delenv("TF_CONFIG")
         ns = _cell(shell, AFTER_SEEDED)
-        runs[run] = {name: ns[name] for name in ("initial", "drawn", "flag", "kept_out", "after")}
+        runs[run] = {name: ns[name] for name in ("initial", "drawn", "flag", "kept_out", "after", "in_colab")}
     one, two = runs["one"], runs["two"]
     for mine, theirs in zip(two["initial"], one["initial"]):
         np.testing.assert_array_equal(mine, theirs)
     assert two["drawn"] == one["drawn"]
     assert two["after"] == one["after"]
     assert one["flag"] == two["flag"] == "on"
+    assert one["in_colab"] == two["in_colab"] == (False, True)  # the Colab check: get_ipython() on a rank too
     assert "7" != two["kept_out"][0] and two["kept_out"][1] is None, two["kept_out"]
     monkeypatch.delenv("DIGITS_FLAG")
     left = _cell(shell, 'left = os.environ.get("DIGITS_FLAG")', distribute=True, backend=backend)["left"]
