@@ -535,7 +535,12 @@ class EngineCluster(Configurable):
             start_timeout=self.start_timeout,
             queue_timeout=self.queue_timeout,
             progress=progress,
+            detail=self._fork_server_stage,
         )
+
+    def _fork_server_stage(self) -> str:
+        forks = self._forks
+        return " (importing TensorFlow for them)" if forks is not None and forks.importing else ""
 
     def _scheduler_pending(self) -> str:
         """Why the newest engine set waits in a scheduler's queue, or '' once it runs (scheduler_queue.py)."""

@@ -18,6 +18,7 @@ class ForkServer:
         # A folder only this user can enter: whoever can connect to the socket gets an engine running as this user.
         self.directory = tempfile.mkdtemp(prefix="jdl-engines-")
         self.socket_path = os.path.join(self.directory, "forks.sock")
+        self.ready_path = self.socket_path + ".ready"  # made by the server once it has imported everything
         with open(os.path.join(self.directory, "server.log"), "ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -39,6 +40,11 @@ class ForkServer:
     def engine_cmd(self) -> list:
         """ipyparallel's LocalEngineLauncher.engine_cmd for an engine forked from this server."""
         return [sys.executable, "-m", "jupyter_dl.runtime.forked_engine", self.socket_path]
+
+    @property
+    def importing(self) -> bool:
+        """Whether the server is still importing (engines that asked for a fork wait for it)."""
+        return self.process.poll() is None and not os.path.exists(self.ready_path)
 
     @property
     def pid(self) -> int:

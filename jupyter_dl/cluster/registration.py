@@ -8,19 +8,20 @@ import sys
 import time
 
 
-def wait_for_engines(n, *, count, queued, launcher, start_timeout, queue_timeout, progress=None):
+def wait_for_engines(n, *, count, queued, launcher, start_timeout, queue_timeout, progress=None, detail=str):
     """Until count() reaches n. While queued() says why a scheduler holds the engines ('' once they run), the wait
     is shown and bounded by queue_timeout (0: unbounded); start_timeout counts from when the scheduler runs them.
-    progress(text), when given, hears each new count of registered engines."""
+    progress(text), when given, hears each new count of registered engines, with what detail() adds."""
     queued_since = running_since = checked = time.monotonic()
     why = queued()
     shown = ""
-    heard = -1
+    told = ""
     while count() < n:
         now = time.monotonic()
-        if progress is not None and count() != heard:
-            heard = count()
-            progress(f"starting the cluster: {heard}/{n} engines registered")
+        text = f"starting the cluster: {count()}/{n} engines registered{detail()}"
+        if progress is not None and text != told:
+            told = text
+            progress(text)
         if now - checked >= 1.0:  # the scheduler is asked (squeue) once a second, not at every poll
             why, checked = queued(), now
         if why:

@@ -44,6 +44,8 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
     listener.bind(path)  # first, so that engines asking while the imports run wait in the backlog, not retry
     listener.listen(64)
     _import_head_start()
+    with open(path + ".ready", "w"):  # for the kernel's "which stage" line (cluster/fork_server.py)
+        pass
     can_fork = threading.active_count() == 1
     if not can_fork:
         print(f"[jupyter-dl] fork server: {threading.active_count()} threads after imports; engines start plain")
