@@ -20,7 +20,7 @@ import sys
 import threading
 import traceback
 
-from jupyter_dl.runtime.forked_engine import receive_message, send_message
+from jupyter_dl.runtime.forked_engine import Messages, send_message
 
 # What every engine imports before its first job (ipyparallel's engine, our rank code, and what the backends'
 # preload() imports); each is optional: an engine imports what is missing itself and reports what fails.
@@ -58,7 +58,7 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
             continue
         conn.settimeout(10.0)
         try:
-            request, fds = receive_message(conn, max_fds=3)
+            request, fds = Messages(conn).next(max_fds=3)
         except OSError:
             conn.close()
             continue

@@ -28,28 +28,32 @@ LOST_STAND_IN = 128 + signal.SIGKILL  # the engine's exit code when the process 
 def send_message(conn: socket.socket, message: dict, fds=()):
     """One JSON message, newline-terminated, with file descriptors alongside (SCM_RIGHTS) where given."""
     data = (json.dumps(message) + "\n").encode()
-    if fds:
-        conn.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    else:
-        conn.sendall(data)
+    sent = conn.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]) if fds else 0
+    conn.sendall(data[sent:])  # a large environment may not fit in one send
 
 
-def receive_message(conn: socket.socket, max_fds=0):
-    """(message, fds) of the next message; (None, []) when the other end closed. Messages are small: one read each
-    (the sender writes a whole line at once)."""
-    fds = array.array("i")
-    data, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_LEN(max_fds * fds.itemsize) if max_fds else 0)
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    while data and not data.endswith(b"\n"):  # a large environment can come in more than one read
-        more = conn.recv(65536)
-        if not more:
-            break
-        data += more
-    if not data:
-        return None, list(fds)
-    return json.loads(data), list(fds)
+class Messages:
+    """The messages arriving on one connection, in order. A read may hold more than one (an engine that exits at
+    once sends its pid and its exit code together) or part of one (a large environment)."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+        self.buffer = b""
+
+    def next(self, max_fds=0):
+        """(message, file descriptors that came with it); (None, ...) once the other end closed."""
+        fds = array.array("i")
+        while b"\n" not in self.buffer:
+            size = socket.CMSG_LEN(max_fds * fds.itemsize) if max_fds else 0
+            data, ancillary, _flags, _addr = self.conn.recvmsg(65536, size)
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+            if not data:
+                return None, list(fds)
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line), list(fds)
 
 
 # ----------------------------------------------------------------------------------------- the stand-in
@@ -82,9 +86,10 @@ def main(argv=None):
     if conn is None:
         _become_plain_engine(engine_args)
     request = {"args": engine_args, "env": dict(os.environ), "cwd": os.getcwd()}
+    messages = Messages(conn)
     try:
         send_message(conn, request, fds=[0, 1, 2])
-        reply, _ = receive_message(conn)
+        reply, _ = messages.next()
     except OSError:
         reply = None
     if not reply or "pid" not in reply:  # the server went away before it forked, or cannot fork safely
@@ -104,7 +109,7 @@ def main(argv=None):
     code = LOST_STAND_IN
     while True:
         try:
-            message, _ = receive_message(conn)
+            message, _ = messages.next()
         except InterruptedError:
             continue
         except OSError:

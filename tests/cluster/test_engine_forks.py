@@ -5,14 +5,17 @@ a real fork server, real signals."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from ipyparallel import interactive
 
 from jupyter_dl.cluster.fork_server import ForkServer
+from jupyter_dl.runtime.forked_engine import Messages, send_message
 
 
 @interactive  # sent by value: the engines cannot import this test module
@@ -72,7 +75,8 @@ def test_engines_fork_from_one_server_and_end_with_what_stands_in_for_them():
         # An engine killed: the process ipyparallel launched for it ends too, and its replacement is forked.
         stand_ins = _stand_ins(cluster)
         os.kill(first[0]["pid"], signal.SIGKILL)
-        _until(lambda: not _running(stand_ins[0]))
+        _until(lambda: not all(_running(pid) for pid in stand_ins))
+        (other_stand_in,) = [pid for pid in stand_ins if _running(pid)]  # engine 1's
         cluster.replace_dead([ids[0]])
         cluster.ensure(2)
         live = cluster.engine_ids()
@@ -80,7 +84,7 @@ def test_engines_fork_from_one_server_and_end_with_what_stands_in_for_them():
         assert replacement["parent"] == server.pid and replacement["imported"], replacement
 
         # The process standing in for an engine killed (the launcher's last resort): the engine ends with it.
-        os.kill(stand_ins[1], signal.SIGKILL)
+        os.kill(other_stand_in, signal.SIGKILL)
         _until(lambda: not _running(first[1]["pid"]))
     finally:
         cluster.stop()
@@ -110,3 +114,28 @@ def test_the_engine_writes_to_the_stand_in_s_output_and_a_dead_server_leaves_a_p
     assert "IPEngine" in done.stdout  # the engine's own help, on the stand-in's stdout (passed to the fork)
     fell_back = "the engine fork server is not running; starting a plain engine" in done.stderr
     assert fell_back == (not server_running), done.stderr[-2000:]
+
+
+@pytest.mark.fast
+def test_messages_arrive_whole_and_in_order_however_the_reads_cut_them():
+    """An engine that exits at once sends its pid and its exit code in one read; an environment may take several."""
+    left, right = socket.socketpair()
+    with left, right, open(os.devnull) as extra:
+        big = {"env": {"K": "v" * 300_000}}  # more than the socket holds: the sender waits for the reader
+
+        def send():
+            send_message(left, big, fds=[extra.fileno()])
+            send_message(left, {"pid": 7})
+            send_message(left, {"exit": 3})
+            left.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        messages = Messages(right)
+        first, fds = messages.next(max_fds=3)
+        assert first == big and len(fds) == 1
+        os.close(fds[0])
+        assert messages.next()[0] == {"pid": 7}
+        assert messages.next()[0] == {"exit": 3}
+        assert messages.next()[0] is None
+        sender.join()
