@@ -11,12 +11,14 @@
 Results go with their job: the store's retention (JobStore.retention_days, max_jobs) removes both together.
 """
 
+import contextlib
 import json
 import os
 import pathlib
 import re
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -71,7 +73,7 @@ class JobResults(Configurable):
                     continue
                 (folder / "models").mkdir(parents=True, exist_ok=True)
                 # Saved the way models travel: a class without get_config is kept by what built it.
-                with construction.serialising():
+                with construction.serialising(), _unbuilt_saved_quietly():
                     value.save(folder / "models" / f"{name}.keras")
                     custom.update(keras_objects.custom_objects_of(value, {**(namespace or {}), **values}))
             elif payload.is_history(value):
@@ -88,6 +90,16 @@ class JobResults(Configurable):
         (folder / "options.json").write_text(json.dumps(options, default=_plain, indent=1))
         (folder / "environment.json").write_text(json.dumps(environment, default=str, indent=1))
         return notes
+
+
+@contextlib.contextmanager
+def _unbuilt_saved_quietly():
+    """Keras warns on saving a model that is not built. A trained model can be unbuilt as one process leaves it
+    (keras.io's SiameseModel: its train_step calls a part, never the model), and keeping it is our doing, not the
+    user's: one process would show no such warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are saving a model that has not yet been built")
+        yield
 
 
 @dataclass

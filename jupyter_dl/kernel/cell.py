@@ -211,6 +211,52 @@ def refuse_prompts(tree):
                 )
 
 
+def names_through_globals(tree) -> tuple[set, list]:
+    """(reads, binds): the notebook names the cell reaches through globals() with a written key (`globals()["lr"]`,
+    `globals().get("lr", 0.1)`, `"lr" in globals()`, `globals()["best"] = ...`), shipped and brought back like
+    names the cell writes out. Any other use (a computed key, update, iteration) is refused in one line: a rank's
+    globals() holds only the names the cell was sent, so it would read or change a different namespace."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    reads: set = set()
+    binds: list = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "globals" and not node.args):
+            continue
+        name, binding = _written_global(node, parents)
+        if name is None:
+            raise UsageError(
+                f"line {node.lineno} uses globals() without a written name, which the ranks cannot follow (they "
+                'hold only the names the cell uses): write the names themselves, or globals()["name"]'
+            )
+        reads.add(name)
+        if binding and name not in binds:
+            binds.append(name)
+    return reads, binds
+
+
+def _written_global(call, parents) -> tuple[str | None, bool]:
+    """(name, whether it is bound) for a `globals()` call used with a constant string key, else (None, False)."""
+    parent = parents.get(call)
+    grandparent = parents.get(parent)
+    if isinstance(parent, ast.Subscript) and parent.value is call:
+        return _constant_name(parent.slice), isinstance(parent.ctx, ast.Store)
+    if isinstance(parent, ast.Attribute) and parent.attr in ("get", "setdefault") and isinstance(grandparent, ast.Call):
+        first = grandparent.args[0] if grandparent.func is parent and grandparent.args else None
+        return _constant_name(first), parent.attr == "setdefault"
+    if (
+        isinstance(parent, ast.Compare)
+        and parent.comparators == [call]
+        and isinstance(parent.ops[0], ast.In | ast.NotIn)
+    ):
+        return _constant_name(parent.left), False
+    return None, False
+
+
+def _constant_name(node) -> str | None:
+    is_name = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier()
+    return node.value if is_name else None
+
+
 def analyse(code: str, first_line: int = 1) -> CellNames:
     collector = _NameCollector()
     own: set = set()  # names bound unconditionally by an earlier top-level statement
@@ -226,8 +272,11 @@ def analyse(code: str, first_line: int = 1) -> CellNames:
         collector.loads = before | collector.loads
         if isinstance(statement, _UNCONDITIONAL):
             own.update(collector.top_binds)
+    global_reads, global_binds = names_through_globals(tree)
+    loads |= global_reads
     reads = {n for n in loads if n not in _IPYTHON_NAMES and not n.startswith("_jdl")}
-    binds = [n for n in collector.top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
+    top_binds = collector.top_binds + [n for n in global_binds if n not in collector.top_binds]
+    binds = [n for n in top_binds if n not in _IPYTHON_NAMES and not n.startswith("_")]
     deletes = [n for n in dict.fromkeys(collector.deleted) if n not in binds]
     shows_last = bool(tree.body) and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";")
     return CellNames(reads=reads, binds=binds, deletes=deletes, shows_last=shows_last)

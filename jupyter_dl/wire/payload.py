@@ -78,6 +78,16 @@ def _each(value, change):
     return type(value)(change(v) for v in value)
 
 
+def holds_datasets(value) -> bool:
+    """A plain dict, list or tuple of tf.data datasets (`datasets = {"train": ..., "val": ...}`)."""
+    return _holds(value, datasets.is_dataset)
+
+
+def each_dataset(value, change):
+    """The plain dict, list or tuple with `change` applied to each dataset in it (other items as they are)."""
+    return _each(value, lambda item: change(item) if datasets.is_dataset(item) else item)
+
+
 def is_history(value) -> bool:
     cls = type(value)
     return cls.__name__ == "History" and cls.__module__.startswith("keras")
@@ -203,7 +213,8 @@ def why_unsendable(value, exc, advice=True) -> str:
         why = "a tf.data.Dataset built on the ranks stays there"
         return why + ("; build it in the notebook (it is sent to the ranks) or in each %%distribute cell" * advice)
     if _holds(value, datasets.is_dataset):  # TensorFlow's own error says it cannot make an array of a variant tensor
-        return "it holds tf.data datasets, which travel only as a notebook name each (train_ds = datasets['train'])"
+        why = "it holds tf.data datasets, and one built on the ranks stays there"
+        return why + ("; build them in the notebook (they are sent to the ranks) or in each %%distribute cell" * advice)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -405,9 +416,9 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
     for name, value in list(values.items()):
         if name in in_place and in_place_update.update_each((namespace or {}).get(name), value):
             values[name] = namespace[name]  # the notebook's list of models, each holding its training
-        if isinstance(value, datasets.DatasetPayload):  # after the arrays that travelled beside it
-            try:
-                values[name] = datasets.loads(value, resolve)
+        if isinstance(value, datasets.DatasetPayload) or _holds(value, _is_dataset_payload):
+            try:  # after the arrays that travelled beside it
+                values[name] = _each_pipeline(value, lambda graph: datasets.loads(graph, resolve))
             except Exception as exc:
                 del values[name]
                 problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
@@ -448,6 +459,17 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
                 del values[name]
                 problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
     return values, problems
+
+
+def _is_dataset_payload(value) -> bool:
+    return isinstance(value, datasets.DatasetPayload)
+
+
+def _each_pipeline(value, load):
+    """The dataset a pipeline's graph makes, or the dict, list or tuple of them (other items as they are)."""
+    if _is_dataset_payload(value):
+        return load(value)
+    return _each(value, lambda item: load(item) if _is_dataset_payload(item) else item)
 
 
 def _rebuild_order(blobs: dict) -> list:

@@ -62,6 +62,21 @@ def test_a_cell_that_makes_its_own_strategy_is_refused_naming_its_line():
     assert analyse("strategy = None\n").binds == ["strategy"]  # the name alone is fine
 
 
+def test_names_written_through_globals_are_read_and_bound_and_computed_ones_refused():
+    """`globals()["lr"]` read nothing the ranks were sent (KeyError: 'lr' on every rank); with a written key it is
+    the name itself. A key known only when the cell runs is refused in one line, naming its line."""
+    from jupyter_dl.errors import UsageError
+
+    cell = (
+        'opt = SGD(globals()["lr"])\nn = globals().get("epochs", 1)\nif "x" in globals():\n    globals()["best"] = 1\n'
+    )
+    names = analyse(cell)
+    assert {"lr", "epochs", "x"} <= names.reads and names.binds == ["opt", "n", "best"]
+    for computed in ("[print(globals()[k]) for k in ['lr']]", "globals().update(settings)", "print(globals())"):
+        with pytest.raises(UsageError, match=r"^line 3 uses globals\(\) without a written name"):
+            analyse(computed, first_line=3)
+
+
 def test_a_global_declared_in_a_function_of_the_cell_is_read_and_bound():
     names = analyse("def count():\n    global n_calls\n    n_calls += 1\ncount()\n")
     assert "n_calls" in names.reads and "n_calls" in names.binds

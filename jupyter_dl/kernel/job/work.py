@@ -69,7 +69,7 @@ def prepare(work) -> Shipment:
     for name in reads:
         value = work.namespace[name]
         fp = payload.fingerprint(value)
-        if datasets.is_dataset(value):
+        if datasets.is_dataset(value) or payload.holds_datasets(value):
             values.update(_dataset_shipment(name, value))
         elif fp is None:
             try:
@@ -94,9 +94,24 @@ def prepare(work) -> Shipment:
     )
 
 
-def _dataset_shipment(name, dataset) -> dict:
-    """A notebook's tf.data pipeline: its graph, and the arrays it was built from as content-hashed values (sent
-    to an engine once, like the notebook's arrays)."""
+def _dataset_shipment(name, value) -> dict:
+    """A notebook's tf.data pipeline (or a dict, list or tuple of them: `datasets["train"]`): its graph, and the
+    arrays it was built from as content-hashed values (sent to an engine once, like the notebook's arrays)."""
+    shipment: dict = {}
+
+    def graph(dataset):
+        return _graph_beside(name, dataset, shipment)
+
+    graphs = graph(value) if datasets.is_dataset(value) else payload.each_dataset(value, graph)
+    try:
+        shipment[name] = (None, payload.cloudpickle.dumps(graphs))
+    except Exception as exc:  # another item beside the datasets that cannot travel
+        raise ShipError(name, f"{type(exc).__name__}: {exc}") from None
+    return shipment
+
+
+def _graph_beside(name, dataset, shipment: dict):
+    """The dataset's graph; the arrays it was built from go into `shipment`."""
     try:
         graph, arrays = datasets.dumps(dataset)
     except datasets.PipelineError as exc:
@@ -107,9 +122,8 @@ def _dataset_shipment(name, dataset) -> dict:
             f"its tf.data pipeline could not be read: {type(exc).__name__}: {exc}",
             "build the pipeline inside the %%distribute cell",
         ) from None
-    shipment = {array_name: (payload.fingerprint(array), array) for array_name, array in arrays.items()}
-    shipment[name] = (None, payload.cloudpickle.dumps(graph))
-    return shipment
+    shipment.update((array_name, (payload.fingerprint(array), array)) for array_name, array in arrays.items())
+    return graph
 
 
 def dumps_callable(obj, fn):
