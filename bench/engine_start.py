@@ -34,6 +34,7 @@ from jupyter_dl.wire import remote  # noqa: E402
 def _until_ready(cluster, n):
     while True:
         ids = cluster.engine_ids()
+        cluster.describe(ids)  # as a job does: it starts the engine's preload (imports, first op), once
         if len(ids) >= n and all(cluster.client[ids].apply_sync(remote.PRELOADED)):
             return
         time.sleep(0.05)

@@ -1,6 +1,7 @@
 """The first `%%distribute -n 2` cell of a fresh Jupyter kernel (issue 28: <= 5 s), with the cluster started in the
 background by `%load_ext jupyter_dl` (c.EngineCluster.start_on_load) and a person's pause of T seconds between the
-load and the first cell, against the same kernel with the early start off (the cluster starts with the cell). Each
+load and the first cell, against the same kernel with the early start off (the cluster starts with the cell), and
+with no pause and engines launched as their own processes instead of forked (c.EngineCluster.fork_engines). Each
 run is a new kernel; the clock runs from sending the first cell to its reply.
 
     .venv/bin/python bench/first_cell_fresh.py [--kernels 5] [--pauses 0,3,10]
@@ -24,11 +25,12 @@ from real_kernel import fresh_kernel, run  # noqa: E402
 
 CELL = "%%distribute -n 2\nprint('hi')\n"
 OFF = "--EngineCluster.start_on_load=False"
+LAUNCHED = "--EngineCluster.fork_engines=False"
 
 
-def first_cell(pause, early=True):
+def first_cell(pause, *options):
     """Seconds the first cell takes in a new kernel, `pause` s after `%load_ext jupyter_dl`."""
-    with fresh_kernel(*(() if early else (OFF,))) as (client, _pid, _):
+    with fresh_kernel(*options) as (client, _pid, _):
         assert run(client, "%load_ext jupyter_dl")[0] == "ok"
         time.sleep(pause)  # the person typing the cell
         t = time.perf_counter()
@@ -47,9 +49,10 @@ def main():
     pauses = [float(p) for p in args.pauses.split(",")]
     t_start = time.perf_counter()
     before = load_before()
-    runs: dict = {"off": []} | {f"pause {p:g} s": [] for p in pauses}
+    runs: dict = {"off": [], "launched engines, pause 0 s": []} | {f"pause {p:g} s": [] for p in pauses}
     for _ in range(args.kernels):  # interleaved, so a change in the machine's load touches every column alike
-        runs["off"].append(first_cell(0.0, early=False))
+        runs["off"].append(first_cell(0.0, OFF))
+        runs["launched engines, pause 0 s"].append(first_cell(0.0, LAUNCHED))
         for p in pauses:
             runs[f"pause {p:g} s"].append(first_cell(p))
     medians = {name: statistics.median(times) for name, times in runs.items()}

@@ -12,6 +12,7 @@ checks that it has no Python thread before it forks, and serves no fork otherwis
 
 import atexit
 import importlib
+import io
 import os
 import signal
 import socket
@@ -72,6 +73,10 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
 
 def _import_head_start():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Keras imports matplotlib's pyplot, which takes its backend from the environment once. Every engine's ipykernel
+    # makes the inline one the default before anything imports matplotlib; so must we, or a rank's figures are lost.
+    if not os.environ.get("MPLBACKEND"):
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     for name in HEAD_START:
         try:
             importlib.import_module(name)
@@ -113,7 +118,7 @@ def _run_engine(listener, conn, request: dict, fds: list):
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        if os.environ.get("PYTHONUNBUFFERED"):
+        if os.environ.get("PYTHONUNBUFFERED") and isinstance(sys.stdout, io.TextIOWrapper):
             sys.stdout.reconfigure(line_buffering=True, write_through=True)
         _reseed()
         conn.settimeout(None)
