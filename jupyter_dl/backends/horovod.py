@@ -16,9 +16,15 @@ SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this Ten
 
 
 def check_installed():
-    """Raise BackendMissing with the fix when Horovod cannot run TensorFlow jobs over gloo."""
+    """Raise BackendMissing with the fix when Horovod cannot run TensorFlow jobs over gloo. The check imports
+    TensorFlow into the kernel (seconds the first cell of every new kernel waited for, the engines importing it
+    anyway), so a build that passed once is not checked again: the same Horovod library, TensorFlow files and
+    Python (a rebuild or upgrade is checked anew; the engines report whatever fails in the job)."""
     from jupyter_dl.errors import BackendMissing
 
+    build = _build_fingerprint()
+    if build is not None and build in _passed_builds():
+        return
     try:
         import horovod  # noqa: F401
     except ImportError:
@@ -30,6 +36,60 @@ def check_installed():
         raise BackendMissing(f"Horovod cannot load its TensorFlow ops ({exc}); {SETUP_HINT}") from None
     if not hvd.gloo_built():
         raise BackendMissing(f"Horovod was built without gloo; {SETUP_HINT}")
+    if build is not None:
+        _remember_passed(build)
+
+
+def _build_fingerprint():
+    """What a passed check holds for: Horovod's TensorFlow library and TensorFlow's own files (size, time) and the
+    Python running them; None when they cannot be found without importing them."""
+    import glob
+    import importlib.util
+    import sys
+
+    try:
+        horovod_tf = importlib.util.find_spec("horovod.tensorflow")
+        tensorflow = importlib.util.find_spec("tensorflow")
+    except (ImportError, ValueError):
+        return None
+    if horovod_tf is None or tensorflow is None or not horovod_tf.submodule_search_locations or not tensorflow.origin:
+        return None
+    libraries = sorted(glob.glob(os.path.join(horovod_tf.submodule_search_locations[0], "mpi_lib*.so")))
+    if not libraries:
+        return None
+    files = [os.stat(path) for path in (libraries[0], tensorflow.origin)]
+    return "|".join([sys.executable, libraries[0], tensorflow.origin, *(f"{s.st_size}:{s.st_mtime_ns}" for s in files)])
+
+
+def _checks_file() -> str:
+    from jupyter_dl.host import cache
+
+    return os.path.join(cache.cache_dir(), "checks", "horovod-passed.json")
+
+
+def _passed_builds() -> list:
+    import json
+
+    try:
+        with open(_checks_file()) as f:
+            return list(json.load(f))
+    except (OSError, ValueError):
+        return []
+
+
+def _remember_passed(build: str):
+    import json
+
+    path = _checks_file()
+    builds = [b for b in _passed_builds() if b != build][-9:] + [build]  # a few environments each
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        partial = f"{path}.{os.getpid()}"  # two kernels may write at once: each replaces the file whole
+        with open(partial, "w") as f:
+            json.dump(builds, f)
+        os.replace(partial, path)
+    except OSError:  # a read-only home: the check runs again next time
+        pass
 
 
 @contextlib.contextmanager

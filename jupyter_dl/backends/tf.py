@@ -21,12 +21,18 @@ REGISTER_MIN_S = 60.0  # seconds every rank may take to join a new group
 
 
 def check_installed():
+    import importlib.util
+
     from jupyter_dl.errors import BackendMissing
 
+    # Found, not imported: importing takes the kernel seconds the first cell would wait for, and the engines import
+    # it anyway (a TensorFlow that fails to load is reported by them, in the job).
     try:
-        import tensorflow  # noqa: F401
-    except ImportError:
-        raise BackendMissing(f"TensorFlow is not installed; {SETUP_HINT}") from None
+        found = importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise BackendMissing(f"TensorFlow is not installed; {SETUP_HINT}")
 
 
 def preload():

@@ -23,6 +23,7 @@ from traitlets.config import Application
 from jupyter_dl._version import __version__
 from jupyter_dl.cli.build_prerequisites import find_cuda, find_nccl, fix_commands, pip_cmd, prerequisites, tf_include
 from jupyter_dl.cli.checks import dist_version
+from jupyter_dl.host import cache
 
 BUILD_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel")  # setup.py imports, no isolation
 RUNTIME_DEPS = ("cloudpickle", "psutil", "pyyaml", "packaging")
@@ -80,7 +81,7 @@ class InstallHorovodApp(Application):
     }
 
     def _cache_dir_default(self):
-        return os.environ.get("JUPYTER_DL_CACHE") or os.path.expanduser("~/.cache/jupyter-dl")
+        return cache.cache_dir()
 
     def _gpu_operations_default(self):
         return os.environ.get("HOROVOD_GPU_OPERATIONS") or "auto"

@@ -6,6 +6,7 @@ Each case runs in a fresh interpreter where an import hook makes the named modul
 machine without Horovod or with a Horovod built against another TensorFlow (the test process keeps its Horovod).
 """
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -88,3 +89,29 @@ def test_without_horovod_an_unchanged_cell_runs_on_tensorflows_collectives_and_s
     assert losses[-1] < losses[0]
     notes = [line for line in done.stderr.splitlines() if "running on TensorFlow's own collectives" in line]
     assert len(notes) == 1 and "jupyter-dl install-horovod" in notes[0], done.stderr[-3000:]
+
+
+FIRST_CHECK = textwrap.dedent("""
+    import sys
+    from jupyter_dl import backends
+    print("RESOLVED:", backends.resolve(sys.argv[1], manual=False)[0], "tensorflow" in sys.modules)
+""")
+
+
+def test_a_horovod_build_that_passed_its_check_is_not_checked_again_by_importing_tensorflow(tmp_path):
+    """The check imports TensorFlow into the kernel: seconds each new kernel's first cell waited for. A passed check
+    is remembered for that build, so the next kernel resolves Horovod without importing TensorFlow; TensorFlow's
+    collectives never import it in the kernel."""
+    env = {**os.environ, "JUPYTER_DL_CACHE": str(tmp_path)}
+
+    def resolve(backend):
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_CHECK, backend], capture_output=True, text=True, timeout=300, env=env
+        )
+        (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESOLVED:")] or [done.stderr]
+        return line
+
+    assert resolve("horovod") == "RESOLVED: horovod True"  # the first check imports it
+    assert (tmp_path / "checks" / "horovod-passed.json").exists()
+    assert resolve("horovod") == "RESOLVED: horovod False"
+    assert resolve("tf") == "RESOLVED: tf False"

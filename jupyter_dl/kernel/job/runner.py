@@ -267,7 +267,7 @@ class JobRunner(Configurable):
     def _with_backend(self, options: RunOptions, stderr) -> RunOptions:
         """The options with the backend this job runs on (what `auto` resolves to, kept in the job's record); the
         first job on TensorFlow's collectives because Horovod is missing says so, once."""
-        with native_stderr_muted():  # imports TensorFlow (and Horovod) into the kernel the first time
+        with native_stderr_muted():  # a Horovod build not checked before imports TensorFlow into the kernel
             name, note = backends.resolve(options.backend, options.manual)
         if note and not self._told_backend:
             print(note, file=stderr or sys.stderr, flush=True)
