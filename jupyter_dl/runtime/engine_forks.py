@@ -21,6 +21,7 @@ import sys
 import threading
 import traceback
 
+from jupyter_dl.host.processes import pid_running
 from jupyter_dl.runtime.forked_engine import Messages, send_message
 
 # What every engine imports before its first job (ipyparallel's engine, our rank code, and what the backends'
@@ -52,7 +53,7 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
         print(f"[jupyter-dl] fork server: {threading.active_count()} threads after imports; engines start plain")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # engines are reaped as they end; none is waited for here
     listener.settimeout(KERNEL_CHECK_SECONDS)
-    while _running(kernel_pid):
+    while pid_running(kernel_pid):
         try:
             conn, _ = listener.accept()
         except TimeoutError:
@@ -64,11 +65,20 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
             conn.close()
             continue
         if request is not None and can_fork and len(fds) == 3 and _same_user(conn):
-            if os.fork() == 0:
-                _run_engine(listener, conn, request, fds)  # never returns
+            _fork_engine(listener, conn, request, fds)
         for fd in fds:
             os.close(fd)
-        conn.close()  # a request not served: the stand-in, hearing nothing, starts a plain engine
+        conn.close()  # the engine holds its own copy; a stand-in whose request was not served starts a plain engine
+
+
+def _fork_engine(listener, conn, request, fds):
+    try:
+        child = os.fork()
+    except OSError as exc:  # out of processes or memory: that stand-in starts a plain engine (and likely says why)
+        print(f"[jupyter-dl] fork server: cannot fork ({exc})", flush=True)
+        return
+    if child == 0:
+        _run_engine(listener, conn, request, fds)  # never returns
 
 
 def _import_head_start():
@@ -82,16 +92,6 @@ def _import_head_start():
             importlib.import_module(name)
         except Exception:  # noqa: S112  (the engine imports it again and reports what is wrong, in its job)
             continue
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _same_user(conn: socket.socket) -> bool:
