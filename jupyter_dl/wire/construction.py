@@ -40,6 +40,8 @@ _names_by_id: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_names_
 _resolver: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_resolver", default=None)
 # Names the records written so far referred to (the receiver must have them before this object is rebuilt).
 _referenced: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_referenced", default=None)
+# While deserialising: the receiver's layers lent to rebuilt graphs (_LentLayers).
+_lent: contextvars.ContextVar = contextvars.ContextVar("jupyter_dl_lent", default=None)
 
 
 class _Call:
@@ -102,12 +104,61 @@ def serialising(names_by_id: dict | None = None):
 
 @contextlib.contextmanager
 def deserialising(resolve):
-    """While active, records rebuild their objects; `resolve(name)` gives the receiver's object for a NameRef."""
-    token = _resolver.set(resolve)
+    """While active, records rebuild their objects; `resolve(name)` gives the receiver's object for a NameRef.
+    Yields the receiver's layers lent to the graphs rebuilt meanwhile; set its `value` to what was rebuilt."""
+    lent = _LentLayers()
+    tokens = (_resolver.set(resolve), _lent.set(lent))
     try:
-        yield
+        yield lent
     finally:
-        _resolver.reset(token)
+        _lent.reset(tokens[1])
+        _resolver.reset(tokens[0])
+        lent.give_back()
+
+
+class _LentLayers:
+    """The receiver's own layers a functional graph is rebuilt over (`combined = Model(z, discriminator(generator(z)))`
+    after the notebook's `generator`). Keras' config numbers a layer's calls within that graph only, and its
+    rebuild looks them up in the layer's list of calls: a notebook layer already called in other graphs (the
+    original `combined`) has more, and the rebuild would take one of the old graph's tensors ("the name
+    input_layer_2 is used 2 times"). While rebuilding, each such layer shows only the calls a fresh copy would
+    have; afterwards its old calls come first again, and the graphs built meanwhile are renumbered to match."""
+
+    def __init__(self):
+        self.layers: dict = {}  # id -> (layer, its calls before, how many of them a fresh copy has)
+        self.value = None  # what was rebuilt: the graphs in it are renumbered
+
+    def lend(self, layer):
+        from keras.src.models.functional import Functional
+
+        calls = getattr(layer, "_inbound_nodes", None)
+        if isinstance(calls, list) and id(layer) not in self.layers:
+            fresh = 1 if isinstance(layer, Functional) else 0  # a functional model's own input-to-output call
+            self.layers[id(layer)] = (layer, calls, fresh)
+            layer._inbound_nodes = calls[:fresh]
+        return layer
+
+    def give_back(self):
+        from keras.src.ops.function import make_node_key
+        from keras.src.ops.node import KerasHistory
+
+        renumbered, old_graphs = {}, set()
+        for layer, before, fresh in self.layers.values():
+            new = layer._inbound_nodes[fresh:]
+            layer._inbound_nodes = before + new
+            old_graphs.update(id(inner) for inner in layer._flatten_layers(include_self=True))
+            for k, node in enumerate(new):
+                renumbered[make_node_key(layer, fresh + k)] = make_node_key(layer, len(before) + k)
+                for tensor in node.output_tensors:
+                    history = getattr(tensor, "_keras_history", None)
+                    if history is not None and history[0] is layer:
+                        tensor._keras_history = KerasHistory(layer, len(before) + k, history[2])
+        built = getattr(self.value, "_flatten_layers", None)
+        if not renumbered or built is None:
+            return
+        for graph in built(include_self=True):
+            if id(graph) not in old_graphs and isinstance(getattr(graph, "_nodes", None), set):
+                graph._nodes = {renumbered.get(key, key) for key in graph._nodes}
 
 
 def no_names(name):
@@ -386,7 +437,9 @@ def _patch_serialization():
         resolve = _resolver.get()
         inner = config.get("config") if isinstance(config, dict) else None
         if resolve is not None and isinstance(inner, dict) and NAME_KEY in inner:
-            return resolve(inner[NAME_KEY])
+            own = resolve(inner[NAME_KEY])
+            lent = _lent.get()
+            return lent.lend(own) if lent is not None and isinstance(own, Operation) else own
         return original_deserialize(config, custom_objects=custom_objects, safe_mode=safe_mode, **kwargs)
 
     serialization_lib.serialize_keras_object = serialize_keras_object

@@ -198,10 +198,10 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
         with (
             keras.saving.custom_object_scope(scope),
             SafeModeScope(False),
-            construction.deserialising(resolve or construction.no_names),
+            construction.deserialising(resolve or construction.no_names) as lent,
             quiet_rebuild(),
         ):
-            value = cloudpickle.loads(payload.blob)
+            value = lent.value = cloudpickle.loads(payload.blob)
     finally:
         keras.config.set_dtype_policy(previous_policy)
     restore_optimizers(value, payload)

@@ -1,0 +1,379 @@
+"""Keras guides and TensorFlow tutorials, second pass: set up in plain cells, trained under `%%distribute -n 2`.
+
+The optimizer options the guides reach for (a warm-up CosineDecay schedule, `use_ema`, `gradient_accumulation_steps`,
+`global_clipnorm`, `steps_per_execution` with `jit_compile=True`), the RNN guide's own cell in `keras.layers.RNN`
+(alone and stacked) next to GRU, Bidirectional and TimeDistributed layers and the masking guide's custom layers,
+TensorFlow's DCGAN tutorial (a `@tf.function` train_step over notebook globals, a `train(dataset, epochs)` loop of an
+earlier cell that saves a `tf.train.Checkpoint` and a figure per epoch, restored in a later cell) and the classic
+`train_on_batch` GAN (a frozen discriminator inside a combined model). Each case runs in one process and on two
+ranks; the notebook then goes on with what came back as one process would.
+"""
+
+import math
+import os
+
+import numpy as np
+from notebook_cells import cell as _cell
+from notebook_cells import close
+
+# ---------------------------------------------------------------------------------------------- optimizer options
+
+OPTIMIZERS = """
+import numpy as np
+import keras
+
+keras.utils.set_random_seed(1)
+
+
+def build(optimizer, **compile_options):
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], **compile_options)
+    return model
+
+
+schedule = keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=100, warmup_target=1e-2, warmup_steps=20)
+scheduled = build(keras.optimizers.Adam(schedule))
+ema = build(keras.optimizers.Adam(1e-2, use_ema=True, ema_momentum=0.9))
+accumulated = build(keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=2))
+clipped = build(keras.optimizers.AdamW(1e-2, global_clipnorm=1.0))
+executed = build("adam", steps_per_execution=4, jit_compile=True)
+"""
+
+OPTIMIZERS_FIT = """histories = {}
+for name, model in [("scheduled", scheduled), ("ema", ema), ("accumulated", accumulated), ("clipped", clipped),
+                    ("executed", executed)]:
+    histories[name] = model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0)
+"""
+
+OPTIMIZED = ("scheduled", "ema", "accumulated", "clipped", "executed")
+
+
+def test_optimizer_options_the_guides_use(shell, digits):
+    shell.user_ns.update(digits)
+    single = _cell(shell, OPTIMIZERS)
+    _cell(shell, OPTIMIZERS_FIT)
+    expected = {name: single[name].evaluate(single["x_test"], single["y_test"], verbose=0)[1] for name in OPTIMIZED}
+    ns = _cell(shell, OPTIMIZERS)
+    models = {name: ns[name] for name in OPTIMIZED}
+    ns = _cell(shell, OPTIMIZERS_FIT, distribute=True)
+    for name, model in models.items():
+        assert ns[name] is model, f"{name}: the notebook's model was replaced"
+        accuracy = model.evaluate(ns["x_test"], ns["y_test"], verbose=0)[1]
+        assert accuracy > expected[name] - 0.1, (name, accuracy, expected[name])
+    assert ns["executed"].steps_per_execution == 4
+
+
+# ---------------------------------------------------------------------------------------------------- RNN guide
+
+RNNS = """
+import numpy as np
+import keras
+from keras import layers, ops
+
+keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+sequences = rng.normal(size=(384, 12, 5)).astype("float32")
+labels = (sequences[:, :, 0].sum(axis=1) > 0).astype("int64")
+padded = sequences.copy()
+padded[::3, 8:] = 0.0
+
+
+class MinimalRNNCell(layers.Layer):
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.state_size = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), initializer="uniform", name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, self.units), initializer="uniform",
+                                                name="recurrent_kernel")
+
+    def call(self, inputs, states):
+        prev_output = states[0]
+        h = ops.matmul(inputs, self.kernel)
+        output = h + ops.matmul(prev_output, self.recurrent_kernel)
+        return output, [output]
+
+
+class TemporalSoftmax(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        assert mask is not None
+        broadcast_float_mask = ops.expand_dims(ops.cast(mask, "float32"), -1)
+        inputs_exp = ops.exp(inputs) * broadcast_float_mask
+        inputs_sum = ops.sum(inputs_exp * broadcast_float_mask, axis=-1, keepdims=True)
+        return inputs_exp / inputs_sum
+
+
+inputs = keras.Input((None, 5))
+x = layers.RNN(MinimalRNNCell(16))(inputs)
+outputs = layers.Dense(2)(x)
+cell_model = keras.Model(inputs, outputs)
+
+stacked = keras.Sequential([keras.Input((None, 5)), layers.RNN([MinimalRNNCell(8), MinimalRNNCell(8)]),
+                            layers.Dense(2)])
+
+recurrent = keras.Sequential([
+    keras.Input((12, 5)),
+    layers.Bidirectional(layers.GRU(8, return_sequences=True)),
+    layers.TimeDistributed(layers.Dense(4)),
+    layers.LSTM(8),
+    layers.Dense(2),
+])
+
+masked_in = keras.Input((12, 5))
+masked = layers.Masking(mask_value=0.0)(masked_in)
+masked = layers.TimeDistributed(layers.Dense(4))(masked)
+masked = TemporalSoftmax()(masked)
+masked = layers.GRU(8)(masked)
+masked_model = keras.Model(masked_in, layers.Dense(2)(masked))
+
+for model in (cell_model, stacked, recurrent, masked_model):
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+"""
+
+RNNS_FIT = """cell_history = cell_model.fit(sequences, labels, batch_size=32, epochs=3, verbose=0)
+stacked_history = stacked.fit(sequences, labels, batch_size=32, epochs=3, verbose=0)
+recurrent_history = recurrent.fit(sequences, labels, batch_size=32, epochs=3, verbose=0)
+masked_history = masked_model.fit(padded, labels, batch_size=32, epochs=3, verbose=0)
+"""
+
+RNN_MODELS = ("cell_model", "stacked", "recurrent", "masked_model")
+
+
+def test_the_rnn_guide_s_own_cells_and_masking_layers(shell):
+    single = _cell(shell, RNNS)
+    _cell(shell, RNNS_FIT)
+    data = {"cell_model": "sequences", "stacked": "sequences", "recurrent": "sequences", "masked_model": "padded"}
+    expected = {name: single[name].evaluate(single[data[name]], single["labels"], verbose=0)[0] for name in RNN_MODELS}
+    ns = _cell(shell, RNNS)
+    models = {name: ns[name] for name in RNN_MODELS}
+    ns = _cell(shell, RNNS_FIT, distribute=True)
+    for name, model in models.items():
+        assert ns[name] is model, f"{name}: the notebook's model was replaced"
+        loss = model.evaluate(ns[data[name]], ns["labels"], verbose=0)[0]
+        close(loss, expected[name], 1.6, name)
+        # Variable-length input still works after the job: the cell's RNN takes 7 steps as well as 12.
+    assert ns["cell_model"].predict(ns["sequences"][:4, :7], verbose=0).shape == (4, 2)
+
+
+# ------------------------------------------------------------------------------------------ TensorFlow's DCGAN
+
+DCGAN = """
+import os
+import time
+import numpy as np
+import tensorflow as tf
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from IPython import display
+
+tf.keras.utils.set_random_seed(1)
+train_images = (x_train.reshape(-1, 8, 8, 1)[:256] - 0.5) / 0.5
+BUFFER_SIZE = 256
+BATCH_SIZE = 32
+train_dataset = tf.data.Dataset.from_tensor_slices(train_images).shuffle(BUFFER_SIZE).batch(BATCH_SIZE)
+
+
+def make_generator_model():
+    model = tf.keras.Sequential()
+    model.add(tf.keras.layers.Dense(2 * 2 * 16, use_bias=False, input_shape=(16,)))
+    model.add(tf.keras.layers.BatchNormalization())
+    model.add(tf.keras.layers.LeakyReLU())
+    model.add(tf.keras.layers.Reshape((2, 2, 16)))
+    model.add(tf.keras.layers.Conv2DTranspose(8, (3, 3), strides=(2, 2), padding="same", use_bias=False))
+    model.add(tf.keras.layers.BatchNormalization())
+    model.add(tf.keras.layers.LeakyReLU())
+    model.add(tf.keras.layers.Conv2DTranspose(1, (3, 3), strides=(2, 2), padding="same", use_bias=False,
+                                              activation="tanh"))
+    return model
+
+
+def make_discriminator_model():
+    model = tf.keras.Sequential()
+    model.add(tf.keras.layers.Conv2D(8, (3, 3), strides=(2, 2), padding="same", input_shape=[8, 8, 1]))
+    model.add(tf.keras.layers.LeakyReLU())
+    model.add(tf.keras.layers.Dropout(0.3))
+    model.add(tf.keras.layers.Flatten())
+    model.add(tf.keras.layers.Dense(1))
+    return model
+
+
+generator = make_generator_model()
+discriminator = make_discriminator_model()
+cross_entropy = tf.keras.losses.BinaryCrossentropy(from_logits=True)
+
+
+def discriminator_loss(real_output, fake_output):
+    real_loss = cross_entropy(tf.ones_like(real_output), real_output)
+    fake_loss = cross_entropy(tf.zeros_like(fake_output), fake_output)
+    return real_loss + fake_loss
+
+
+def generator_loss(fake_output):
+    return cross_entropy(tf.ones_like(fake_output), fake_output)
+
+
+generator_optimizer = tf.keras.optimizers.Adam(1e-4)
+discriminator_optimizer = tf.keras.optimizers.Adam(1e-4)
+checkpoint_dir = "./training_checkpoints"
+checkpoint_prefix = os.path.join(checkpoint_dir, "ckpt")
+checkpoint = tf.train.Checkpoint(generator_optimizer=generator_optimizer,
+                                 discriminator_optimizer=discriminator_optimizer,
+                                 generator=generator,
+                                 discriminator=discriminator)
+EPOCHS = 4
+noise_dim = 16
+num_examples_to_generate = 4
+seed = tf.random.normal([num_examples_to_generate, noise_dim])
+gen_losses = []
+
+
+@tf.function
+def train_step(images):
+    noise = tf.random.normal([BATCH_SIZE, noise_dim])
+    with tf.GradientTape() as gen_tape, tf.GradientTape() as disc_tape:
+        generated_images = generator(noise, training=True)
+        real_output = discriminator(images, training=True)
+        fake_output = discriminator(generated_images, training=True)
+        gen_loss = generator_loss(fake_output)
+        disc_loss = discriminator_loss(real_output, fake_output)
+    gradients_of_generator = gen_tape.gradient(gen_loss, generator.trainable_variables)
+    gradients_of_discriminator = disc_tape.gradient(disc_loss, discriminator.trainable_variables)
+    generator_optimizer.apply_gradients(zip(gradients_of_generator, generator.trainable_variables))
+    discriminator_optimizer.apply_gradients(zip(gradients_of_discriminator, discriminator.trainable_variables))
+    return gen_loss
+
+
+def generate_and_save_images(model, epoch, test_input):
+    predictions = model(test_input, training=False)
+    fig = plt.figure(figsize=(2, 2))
+    for i in range(predictions.shape[0]):
+        plt.subplot(2, 2, i + 1)
+        plt.imshow(predictions[i, :, :, 0] * 127.5 + 127.5, cmap="gray")
+        plt.axis("off")
+    plt.savefig("image_at_epoch_{:04d}.png".format(epoch))
+    plt.show()
+
+
+def train(dataset, epochs):
+    for epoch in range(epochs):
+        start = time.time()
+        for image_batch in dataset:
+            gen_loss = train_step(image_batch)
+        gen_losses.append(float(gen_loss))
+        display.clear_output(wait=True)
+        generate_and_save_images(generator, epoch + 1, seed)
+        if (epoch + 1) % 2 == 0:
+            checkpoint.save(file_prefix=checkpoint_prefix)
+        print("Time for epoch {} is {} sec".format(epoch + 1, time.time() - start))
+    display.clear_output(wait=True)
+    generate_and_save_images(generator, epochs, seed)
+"""
+
+DCGAN_TRAIN = "train(train_dataset, EPOCHS)\n"
+
+DCGAN_AFTER = """status = checkpoint.restore(tf.train.latest_checkpoint(checkpoint_dir))
+restored_step = int(generator_optimizer.iterations.numpy())
+sample = generator(seed, training=False).numpy()
+"""
+
+
+def test_tensorflow_s_dcgan_tutorial_saves_its_checkpoints_and_restores_them_afterwards(
+    shell, digits, tmp_path, monkeypatch
+):
+    shell.user_ns.update(digits)
+    monkeypatch.chdir(tmp_path)
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    monkeypatch.chdir(one)
+    single = _cell(shell, DCGAN)
+    _cell(shell, DCGAN_TRAIN)
+    single = _cell(shell, DCGAN_AFTER)
+    one_steps, one_losses = single["restored_step"], list(single["gen_losses"])
+    monkeypatch.chdir(two)
+    ns = _cell(shell, DCGAN)
+    generator, checkpoint, losses = ns["generator"], ns["checkpoint"], ns["gen_losses"]
+    _cell(shell, DCGAN_TRAIN, distribute=True)
+    assert ns["generator"] is generator and ns["checkpoint"] is checkpoint and ns["gen_losses"] is losses
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses), losses
+    assert sorted(os.listdir(two / "training_checkpoints")) == sorted(os.listdir(one / "training_checkpoints"))
+    images = sorted(p.name for p in two.glob("image_at_epoch_*.png"))
+    assert images == [f"image_at_epoch_{i:04d}.png" for i in (1, 2, 3, 4)], images
+    ns = _cell(shell, DCGAN_AFTER)
+    # Each rank ran half the batches: the restored optimizer counts rank 0's steps of the last saved epoch.
+    assert ns["restored_step"] == one_steps // 2, (ns["restored_step"], one_steps)
+    assert np.isfinite(ns["sample"]).all() and ns["sample"].shape == (4, 8, 8, 1)
+    close(losses[-1], one_losses[-1], 1.5, "generator loss")
+
+
+# ------------------------------------------------------------------------------------- train_on_batch GAN
+
+CLASSIC_GAN = """
+import numpy as np
+import keras
+from keras import layers
+
+keras.utils.set_random_seed(1)
+latent_dim = 8
+images = x_train[:512]
+generator = keras.Sequential([keras.Input((latent_dim,)), layers.Dense(32, activation="relu"),
+                              layers.Dense(64, activation="sigmoid")], name="generator")
+discriminator = keras.Sequential([keras.Input((64,)), layers.Dense(32), layers.LeakyReLU(0.2),
+                                  layers.Dense(1, activation="sigmoid")], name="discriminator")
+discriminator.compile(loss="binary_crossentropy", optimizer=keras.optimizers.Adam(2e-4, 0.5), metrics=["accuracy"])
+discriminator.trainable = False
+z = keras.Input((latent_dim,))
+combined = keras.Model(z, discriminator(generator(z)))
+combined.compile(loss="binary_crossentropy", optimizer=keras.optimizers.Adam(2e-4, 0.5))
+d_losses, g_losses = [], []
+classifier = keras.Sequential([keras.Input((64,)), layers.Dense(32, activation="relu"), layers.Dense(10)])
+classifier.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                   metrics=["accuracy"])
+"""
+
+CLASSIC_GAN_TRAIN = """batch_size = 32
+valid = np.ones((batch_size, 1))
+fake = np.zeros((batch_size, 1))
+for step in range(40):
+    idx = np.random.randint(0, images.shape[0], batch_size)
+    noise = np.random.normal(0, 1, (batch_size, latent_dim))
+    gen_imgs = generator.predict(noise, verbose=0)
+    d_loss_real = discriminator.train_on_batch(images[idx], valid)
+    d_loss_fake = discriminator.train_on_batch(gen_imgs, fake)
+    d_loss = 0.5 * np.add(d_loss_real, d_loss_fake)
+    g_loss = combined.train_on_batch(noise, valid)
+    d_losses.append(float(d_loss[0]))
+    g_losses.append(float(g_loss if np.ndim(g_loss) == 0 else g_loss[0]))
+for epoch in range(3):
+    for start in range(0, len(x_train), 64):
+        metrics = classifier.train_on_batch(x_train[start:start + 64], y_train[start:start + 64], return_dict=True)
+scores = classifier.test_on_batch(x_test, y_test, return_dict=True)
+"""
+
+
+def test_a_train_on_batch_gan_with_a_frozen_discriminator_and_a_train_on_batch_loop(shell, digits):
+    shell.user_ns.update(digits)
+    single = _cell(shell, CLASSIC_GAN)
+    _cell(shell, CLASSIC_GAN_TRAIN)
+    expected = single["classifier"].evaluate(single["x_test"], single["y_test"], verbose=0)[1]
+    ns = _cell(shell, CLASSIC_GAN)
+    generator, discriminator, d_losses = ns["generator"], ns["discriminator"], ns["d_losses"]
+    before = [w.copy() for w in generator.get_weights()]
+    ns = _cell(shell, CLASSIC_GAN_TRAIN, distribute=True)
+    assert ns["generator"] is generator and ns["discriminator"] is discriminator and ns["d_losses"] is d_losses
+    assert len(d_losses) == 40 and len(ns["g_losses"]) == 40 and all(map(math.isfinite, d_losses))
+    assert any(not np.allclose(a, b) for a, b in zip(before, generator.get_weights())), "the generator did not train"
+    assert ns["combined"].layers[-1] is discriminator and not discriminator.trainable
+    accuracy = ns["classifier"].evaluate(ns["x_test"], ns["y_test"], verbose=0)[1]
+    assert accuracy > expected - 0.1 and ns["scores"]["accuracy"] > 0.5, (accuracy, expected, ns["scores"])
