@@ -48,6 +48,31 @@ def _saving_functions():
     return found
 
 
+def _first_argument(owner, args, kwargs):
+    """The path of `model.save(filepath)` or `save_weights(filepath)`."""
+    return args[0] if args else kwargs.get("filepath", "")
+
+
+def _checkpoint_saves():
+    """(owner, name, function, path_of) for TensorFlow's checkpoint writers, where TensorFlow is loaded."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return []
+    checkpoint, manager = tf.train.Checkpoint, tf.train.CheckpointManager
+
+    def prefix(owner, args, kwargs):
+        return args[0] if args else kwargs.get("file_prefix", "")
+
+    def folder(owner, args, kwargs):
+        return owner.directory
+
+    return [
+        (checkpoint, "save", checkpoint.save, prefix),
+        (checkpoint, "write", checkpoint.write, prefix),
+        (manager, "save", manager.save, folder),
+    ]
+
+
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
@@ -85,24 +110,25 @@ class KerasHooks:
         def fit(model, x=None, y=None, *args, **kwargs):
             return hooks._fit(model, x, y, args, kwargs)
 
-        def on_rank0_only(original):
+        def on_rank0_only(original, path_of=_first_argument):
             # Every rank runs the cell's `model.save(path)`: a path shared by the ranks is written once, by rank 0
             # (the ranks' models are equal), and the others wait for it, since the cell may read it back on the
             # next line. A path of the rank's own (a temporary folder made in the cell) is written by its rank.
-            def save(model, *args, **kwargs):
+            def save(owner, *args, **kwargs):
                 if hooks.updates.in_fit or hooks._saving:
                     # A callback (ModelCheckpoint, BackupAndRestore: only rank 0 has it), or a save inside a save.
-                    return original(model, *args, **kwargs) if hooks.rank == 0 or hooks._saving else None
-                path = str(args[0] if args else kwargs.get("filepath", ""))
+                    return original(owner, *args, **kwargs) if hooks.rank == 0 or hooks._saving else None
+                path = str(path_of(owner, args, kwargs))
                 k = next(hooks._saves)
                 shared = backend().broadcast_object(path, name=f"jdl.save.{k}") == path
                 hooks._saving = True
                 try:
-                    result = original(model, *args, **kwargs) if hooks.rank == 0 or not shared else None
+                    result = original(owner, *args, **kwargs) if hooks.rank == 0 or not shared else None
                 finally:
                     hooks._saving = False
-                backend().broadcast_object(None, name=f"jdl.saved.{k}")
-                return result
+                # What rank 0 wrote (a checkpoint's path, which the cell may print or restore from) is every rank's.
+                written = backend().broadcast_object(result if isinstance(result, str) else None, name=f"jdl.saved.{k}")
+                return written if shared and hooks.rank != 0 else result
 
             return save
 
@@ -115,6 +141,8 @@ class KerasHooks:
             # Model.save and Model.save_weights call these too, so every way to save goes through one guard.
             *((module, name, on_rank0_only(original)) for module, name, original in _saving_functions()),
             (keras.Model, "export", on_rank0_only(keras.Model.export)),  # a SavedModel folder for serving
+            # TensorFlow's checkpoints (the DCGAN tutorial's `checkpoint.save(file_prefix=...)` in a custom loop).
+            *((owner, name, on_rank0_only(save, path_of)) for owner, name, save, path_of in _checkpoint_saves()),
             # A callback's own files (images, plots, arrays) are written by rank 0 alone while fit runs.
             *file_writes.patches(lambda: hooks.rank != 0 and hooks.updates.in_fit),
         ]

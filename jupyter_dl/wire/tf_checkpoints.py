@@ -1,0 +1,112 @@
+"""TensorFlow checkpoints on the wire: `tf.train.Checkpoint` and `tf.train.CheckpointManager`.
+
+TensorFlow's DCGAN tutorial and its "Training checkpoints" guide make `checkpoint = tf.train.Checkpoint(
+generator=generator, generator_optimizer=..., ...)` in a plain cell, and a training function of an earlier cell saves
+it. A Checkpoint cannot be pickled (it holds weak references), and a copy would not help: it must track the
+receiver's own objects, the ones the receiver trains. So a checkpoint travels as what it was built from: each of its
+objects as the receiver's object of the same name (or the optimizer of a model that travels), a variable of its own
+(`step=tf.Variable(1)`) by value, and its save count; a manager as its checkpoint's name and its settings, so that
+it finds the checkpoints already on disk as a new manager over that folder does.
+"""
+
+from dataclasses import dataclass
+
+import cloudpickle
+
+
+@dataclass
+class NameRef:
+    name: str  # the receiver's object of this name
+
+
+@dataclass
+class OptimizerOfRef:
+    model_name: str  # the optimizer of the receiver's model of this name
+
+
+@dataclass
+class CheckpointPayload:
+    children: dict  # attribute -> NameRef | OptimizerOfRef | bytes (a value of its own, pickled)
+    save_count: int | None  # None: never saved (TensorFlow makes the counter on first use)
+
+
+@dataclass
+class ManagerPayload:
+    checkpoint_name: str | None  # the name its checkpoint travels under, where it travels beside it
+    checkpoint: CheckpointPayload  # else its own copy of it
+    settings: dict  # CheckpointManager's keyword arguments
+
+
+def is_checkpoint(value) -> bool:
+    return _is(value, "Checkpoint")
+
+
+def is_manager(value) -> bool:
+    return _is(value, "CheckpointManager")
+
+
+def _is(value, kind) -> bool:
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, getattr(tf.train, kind))
+
+
+def dumps(value, namespace: dict, known: dict):
+    """The payload of a Checkpoint or CheckpointManager. `known`: {id: name} of the objects the receiver has by name
+    (what travels beside it). Raises TypeError, saying what to do, for what cannot be rebuilt there."""
+    if is_manager(value):
+        settings = {
+            "directory": value.directory,
+            "max_to_keep": value._max_to_keep,
+            "keep_checkpoint_every_n_hours": value._keep_checkpoint_every_n_hours,
+            "checkpoint_name": value._checkpoint_prefix.rsplit("/", 1)[-1],
+            "checkpoint_interval": value._checkpoint_interval,
+            "init_fn": value._init_fn,
+        }
+        checkpoint = value._checkpoint
+        return ManagerPayload(known.get(id(checkpoint)), dumps(checkpoint, namespace, known), settings)
+    children = {attribute: _child(attribute, child, namespace, known) for attribute, child in value._kwargs.items()}
+    counter = value._save_counter
+    return CheckpointPayload(children, None if counter is None else int(counter.numpy()))
+
+
+def _child(attribute, child, namespace, known):
+    if id(child) in known:
+        return NameRef(known[id(child)])
+    for model_name in known.values():
+        if getattr(namespace.get(model_name), "optimizer", None) is child:
+            return OptimizerOfRef(model_name)
+    try:
+        return cloudpickle.dumps(child)
+    except Exception as exc:
+        raise TypeError(
+            f"its {attribute}= ({type(child).__name__}) cannot travel ({type(exc).__name__}); checkpoint what the "
+            f"cell trains (models, optimizers, variables)"
+        ) from None
+
+
+def loads(payload, resolve):
+    """The receiver's Checkpoint over its own objects (or a manager over its own checkpoint)."""
+    import tensorflow as tf
+
+    if isinstance(payload, ManagerPayload):
+        try:
+            checkpoint = resolve(payload.checkpoint_name) if payload.checkpoint_name else None
+        except KeyError:
+            checkpoint = None
+        if not is_checkpoint(checkpoint):
+            checkpoint = loads(payload.checkpoint, resolve)
+        return tf.train.CheckpointManager(checkpoint, **payload.settings)
+    children = {}
+    for attribute, child in payload.children.items():
+        if isinstance(child, NameRef):
+            children[attribute] = resolve(child.name)
+        elif isinstance(child, OptimizerOfRef):
+            children[attribute] = resolve(child.model_name).optimizer
+        else:
+            children[attribute] = cloudpickle.loads(child)
+    checkpoint = tf.train.Checkpoint(**children)
+    if payload.save_count is not None:
+        checkpoint.save_counter.assign(payload.save_count)
+    return checkpoint
