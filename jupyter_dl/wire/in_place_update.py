@@ -150,11 +150,27 @@ def _update_optimizer(existing, arrived, payload, namespaces: Namespaces) -> boo
         return False
     variables = None
     if not existing.built:
-        tiers = [_variables_in(names) for names in (namespaces.arrived, namespaces.receiver)]
-        variables = [_first_match(tiers, path) for path in payload.optimizer_variable_paths or []]
+        variables = _by_place(payload.optimizer_variable_places, namespaces)
+        if variables is None:
+            tiers = [_variables_in(names) for names in (namespaces.arrived, namespaces.receiver)]
+            variables = [_first_match(tiers, path) for path in payload.optimizer_variable_paths or []]
         if not variables or any(v is None for v in variables):
             return False
     return keras_objects.restore_optimizer(existing, payload.optimizer_state, variables)
+
+
+def _by_place(places, namespaces: Namespaces) -> list | None:
+    """The variables at (name, index) places: of what came back under that name, else the receiver's own."""
+    if not places:
+        return None
+    try:
+        return [_holder(namespaces, name).trainable_variables[index] for name, index in places]
+    except (AttributeError, IndexError, KeyError):
+        return None
+
+
+def _holder(namespaces: Namespaces, name):
+    return namespaces.arrived[name] if name in namespaces.arrived else namespaces.receiver[name]
 
 
 def _variables_in(names: dict) -> list:

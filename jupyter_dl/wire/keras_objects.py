@@ -43,6 +43,9 @@ class KerasPayload:
     # only), and the other optimizers it holds (a GAN's d_optimizer, g_optimizer): {attribute: (state, indices)}.
     optimizer_indices: list | None = None
     other_optimizers: dict = field(default_factory=dict)
+    # The same variables as (name, index): the index-th trainable variable of the model the receiver has under that
+    # name. Paths depend on the order layers were made in each process ('dense' here, 'dense_1' there).
+    optimizer_variable_places: list | None = None
     # Names of the receiver's objects this one was built from (construction.NameRef): rebuilt after them.
     refs: set = field(default_factory=set)
     # A metric's running totals: Keras' archive rebuilds a metric empty (`epoch_loss_avg.result()` would say 0.0).
@@ -68,8 +71,16 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
             ) from None
     policy = getattr(getattr(value, "dtype_policy", None), "name", None)
     if is_optimizer(value):
-        paths = [v.path for v in value._trainable_variables] if value.built else None
-        return KerasPayload(blob, cloudpickle.dumps(custom), type(value).__name__, optimizer_state(value), None, paths)
+        built_over = value._trainable_variables if value.built else None
+        return KerasPayload(
+            blob,
+            cloudpickle.dumps(custom),
+            type(value).__name__,
+            optimizer_state(value),
+            None,
+            None if built_over is None else [v.path for v in built_over],
+            optimizer_variable_places=None if built_over is None else _places(built_over, namespace, names_by_id),
+        )
     return KerasPayload(
         blob,
         cloudpickle.dumps(custom),
@@ -84,6 +95,18 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
         refs=set(referenced),
         metric_state=[v.numpy() for v in value.variables] if _is_metric(value) else None,
     )
+
+
+def _places(variables, namespace, names_by_id) -> list | None:
+    """Each variable as (name, index) of a Keras object the receiver has by name; None unless all are found."""
+    where: dict = {}
+    for name in names_by_id.values():
+        holder = (namespace or {}).get(name)
+        if is_keras_saveable(holder) and not is_optimizer(holder):
+            for index, variable in enumerate(getattr(holder, "trainable_variables", [])):
+                where.setdefault(id(variable), (name, index))
+    found = [where.get(id(v)) for v in variables]
+    return found if all(found) else None
 
 
 def _is_metric(value) -> bool:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jupyter_dl.wire import dataset_iterators, tf_checkpoints
 from jupyter_dl.wire.payload import is_history
 
 _LEAVE = frozenset({"model", "_model"})  # fit sets these; the model comes back on its own
@@ -32,6 +33,9 @@ def tracked(value) -> bool:
         isinstance(value, (keras.metrics.Metric, keras.Variable))
         or _is_tf(value, "Variable")
         or _is_tf(value, "Module")
+        or tf_checkpoints.is_checkpoint(value)  # its save count: the notebook's next save must not overwrite
+        or dataset_iterators.is_iterator(value)  # where `next(iterator)` left it
+        or tf_checkpoints.is_manager(value)  # the saves it keeps
     ):
         return True
     return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
@@ -64,11 +68,21 @@ def state_of(value):
     # A tf.Module's variables come in its own order (by attribute name), the same on both sides.
     if isinstance(value, keras.metrics.Metric) or _is_tf(value, "Module"):
         return {"variables": [np.array(v.numpy()) for v in value.variables]}
-    if isinstance(value, keras.Variable) or _is_tf(value, "Variable"):
-        return {"variables": [np.array(value.numpy())]}
+    if isinstance(value, keras.Variable) or _is_tf(value, "Variable") or tf_checkpoints.is_checkpoint(value):
+        return {"variables": [np.array(v.numpy()) for v in _variables(value)]}
     if type(value) in (list, dict, set):
         return {"plain": _plain_copy(value)}
+    if dataset_iterators.is_iterator(value):
+        return {"position": dataset_iterators.position(value)}
+    if tf_checkpoints.is_manager(value):
+        return {"manager": tf_checkpoints.manager_state(value)}
     return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
+
+
+def _variables(value) -> list:
+    if tf_checkpoints.is_checkpoint(value):
+        return tf_checkpoints.variables(value)
+    return value.variables if hasattr(value, "variables") else [value]
 
 
 def changed(before, after) -> dict:
@@ -78,6 +92,8 @@ def changed(before, after) -> dict:
             np.array_equal(a, b) for a, b in zip(before["variables"], after["variables"])
         )
         return {} if same else after
+    if "position" in after or "manager" in after:
+        return {} if before == after else after
     if "plain" in after:  # unplain now (it holds an object that cannot travel as data): left on the ranks
         return after if after["plain"] is not _UNPLAIN and not _equal(before["plain"], after["plain"]) else {}
     moved = {k: v for k, v in after["attributes"].items() if not _equal(before["attributes"].get(k, _MISSING), v)}
@@ -87,9 +103,14 @@ def changed(before, after) -> dict:
 def restore(existing, state) -> None:
     """Put what changed on rank 0 into the notebook's own object."""
     if "variables" in state:
-        variables = existing.variables if hasattr(existing, "variables") else [existing]
-        for variable, value in zip(variables, state["variables"]):
+        for variable, value in zip(_variables(existing), state["variables"]):
             variable.assign(value)
+        return
+    if "position" in state:
+        dataset_iterators.move_to(existing, state["position"])
+        return
+    if "manager" in state:
+        tf_checkpoints.set_manager_state(existing, state["manager"])
         return
     if "plain" in state:
         plain = _histories_again(state["plain"])

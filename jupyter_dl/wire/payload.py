@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from jupyter_dl.wire import construction, datasets, in_place_update, keras_objects, tf_checkpoints
+from jupyter_dl.wire import construction, dataset_iterators, datasets, in_place_update, keras_objects, tf_checkpoints
 
 
 @dataclass
@@ -232,7 +232,9 @@ def names_by_id(names, namespace, owners=None) -> dict:
 
 
 def _referable(value) -> bool:
-    if keras_objects.is_keras_saveable(value) or datasets.is_dataset(value) or tf_checkpoints.is_checkpoint(value):
+    if keras_objects.is_keras_saveable(value) or datasets.is_dataset(value):
+        return True
+    if tf_checkpoints.is_checkpoint(value) or dataset_iterators.is_iterator(value):  # a checkpoint refers to them
         return True
     if type(value) in (list, tuple):
         return any(keras_objects.is_keras_saveable(v) for v in value)
@@ -255,6 +257,8 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         value = _each(value, lambda v: _history_payload(v, namespace) if is_history(v) else v)
     elif keras_objects.is_keras_saveable(value):
         value = keras_objects.dumps(value, namespace, known)
+    elif dataset_iterators.is_iterator(value):
+        value = dataset_iterators.dumps(value)
     elif tf_checkpoints.is_checkpoint(value) or tf_checkpoints.is_manager(value):
         value = tf_checkpoints.dumps(value, namespace or {}, known or {})
     return cloudpickle.dumps(value)
@@ -460,12 +464,17 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
             except Exception:
                 del values[name]
                 problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
-    # Checkpoints over the objects rebuilt above, then the managers of those checkpoints.
-    for kind in (tf_checkpoints.CheckpointPayload, tf_checkpoints.ManagerPayload):
+    # Iterators, checkpoints over them and the objects rebuilt above, then the managers of those checkpoints.
+    loaders = {
+        dataset_iterators.IteratorPayload: dataset_iterators.loads,
+        tf_checkpoints.CheckpointPayload: tf_checkpoints.loads,
+        tf_checkpoints.ManagerPayload: tf_checkpoints.loads,
+    }
+    for kind, load in loaders.items():
         for name, value in list(values.items()):
             if isinstance(value, kind):
                 try:
-                    values[name] = tf_checkpoints.loads(value, resolve)
+                    values[name] = load(value, resolve)
                 except Exception as exc:
                     del values[name]
                     problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"

@@ -35,6 +35,9 @@ class ManagerPayload:
     checkpoint_name: str | None  # the name its checkpoint travels under, where it travels beside it
     checkpoint: CheckpointPayload  # else its own copy of it
     settings: dict  # CheckpointManager's keyword arguments
+    # What it knows of its saves: a new manager reads them from its folder, but a relative folder is read before
+    # the rank moves to the notebook's working directory.
+    state: dict
 
 
 def is_checkpoint(value) -> bool:
@@ -65,7 +68,8 @@ def dumps(value, namespace: dict, known: dict):
             "init_fn": value._init_fn,
         }
         checkpoint = value._checkpoint
-        return ManagerPayload(known.get(id(checkpoint)), dumps(checkpoint, namespace, known), settings)
+        checkpoint_payload = dumps(checkpoint, namespace, known)
+        return ManagerPayload(known.get(id(checkpoint)), checkpoint_payload, settings, manager_state(value))
     children = {attribute: _child(attribute, child, namespace, known) for attribute, child in value._kwargs.items()}
     counter = value._save_counter
     return CheckpointPayload(children, None if counter is None else int(counter.numpy()))
@@ -75,7 +79,8 @@ def _child(attribute, child, namespace, known):
     if id(child) in known:
         return NameRef(known[id(child)])
     for model_name in known.values():
-        if getattr(namespace.get(model_name), "optimizer", None) is child:
+        owner = namespace.get(model_name)
+        if _is_keras_model(owner) and getattr(owner, "optimizer", None) is child:
             return OptimizerOfRef(model_name)
     try:
         return cloudpickle.dumps(child)
@@ -84,6 +89,13 @@ def _child(attribute, child, namespace, known):
             f"its {attribute}= ({type(child).__name__}) cannot travel ({type(exc).__name__}); checkpoint what the "
             f"cell trains (models, optimizers, variables)"
         ) from None
+
+
+def _is_keras_model(value) -> bool:
+    import sys
+
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(value, keras.Model)
 
 
 def loads(payload, resolve):
@@ -97,7 +109,9 @@ def loads(payload, resolve):
             checkpoint = None
         if not is_checkpoint(checkpoint):
             checkpoint = loads(payload.checkpoint, resolve)
-        return tf.train.CheckpointManager(checkpoint, **payload.settings)
+        manager = tf.train.CheckpointManager(checkpoint, **payload.settings)
+        set_manager_state(manager, payload.state)
+        return manager
     children = {}
     for attribute, child in payload.children.items():
         if isinstance(child, NameRef):
@@ -110,3 +124,28 @@ def loads(payload, resolve):
     if payload.save_count is not None:
         checkpoint.save_counter.assign(payload.save_count)
     return checkpoint
+
+
+def manager_state(manager) -> dict:
+    """What a manager knows of its saves (`manager.checkpoints`, `latest_checkpoint`), as plain data."""
+    return {
+        "kept": list(manager._maybe_delete.items()),
+        "latest": manager._latest_checkpoint,
+        "preserved": manager._last_preserved_timestamp,
+    }
+
+
+def set_manager_state(manager, state: dict) -> None:
+    import collections
+
+    manager._maybe_delete = collections.OrderedDict(state["kept"])
+    manager._latest_checkpoint = state["latest"]
+    manager._last_preserved_timestamp = state["preserved"]
+
+
+def variables(checkpoint) -> list:
+    """What a cell changes in a checkpoint itself: its save count and the variables it holds of its own
+    (`step=tf.Variable(1)`, moved by `ckpt.step.assign_add(1)`); its models and optimizers come back on their own."""
+    import tensorflow as tf
+
+    return [checkpoint.save_counter, *(v for v in checkpoint._kwargs.values() if isinstance(v, tf.Variable))]

@@ -315,6 +315,104 @@ def test_tensorflow_s_dcgan_tutorial_saves_its_checkpoints_and_restores_them_aft
     close(losses[-1], one_losses[-1], 1.5, "generator loss")
 
 
+# ------------------------------------------------------------------------------- TensorFlow's training checkpoints
+
+CHECKPOINTS = """
+import tensorflow as tf
+
+tf.keras.utils.set_random_seed(1)
+
+class Net(tf.keras.Model):
+    \"\"\"A simple linear model.\"\"\"
+
+    def __init__(self):
+        super(Net, self).__init__()
+        self.l1 = tf.keras.layers.Dense(5)
+
+    def call(self, x):
+        return self.l1(x)
+
+
+toy_targets = tf.range(10.0)[:, None] * 5.0 + tf.range(5.0)[None, :]
+
+
+def toy_dataset():
+    inputs = tf.range(10.0)[:, None]
+    labels = inputs * 5.0 + tf.range(5.0)[None, :]
+    return tf.data.Dataset.from_tensor_slices(dict(x=inputs, y=labels)).repeat().batch(2)
+
+
+def train_step(net, example, optimizer):
+    \"\"\"Trains `net` on `example` using `optimizer`.\"\"\"
+    with tf.GradientTape() as tape:
+        output = net(example["x"])
+        loss = tf.reduce_mean(tf.abs(output - example["y"]))
+    variables = net.trainable_variables
+    gradients = tape.gradient(loss, variables)
+    optimizer.apply_gradients(zip(gradients, variables))
+    return loss
+
+
+net = Net()
+opt = tf.keras.optimizers.Adam(0.1)
+dataset = toy_dataset()
+iterator = iter(dataset)
+ckpt = tf.train.Checkpoint(step=tf.Variable(1), optimizer=opt, net=net, iterator=iterator)
+manager = tf.train.CheckpointManager(ckpt, "./tf_ckpts", max_to_keep=3)
+printed = []
+
+
+def train_and_checkpoint(net, manager):
+    ckpt.restore(manager.latest_checkpoint)
+    if manager.latest_checkpoint:
+        printed.append("Restored from {}".format(manager.latest_checkpoint))
+    else:
+        printed.append("Initializing from scratch.")
+    for _ in range(50):
+        example = next(iterator)
+        loss = train_step(net, example, opt)
+        ckpt.step.assign_add(1)
+        if int(ckpt.step) % 10 == 0:
+            save_path = manager.save()
+            printed.append("Saved checkpoint for step {}: {}".format(int(ckpt.step), save_path))
+"""
+
+CHECKPOINTS_TRAIN = "train_and_checkpoint(net, manager)\n"
+
+CHECKPOINTS_AFTER = """after = {"checkpoints": list(manager.checkpoints), "next_x": next(iterator)["x"].numpy().ravel().tolist(),
+         "save_count": int(ckpt.save_counter), "step": int(ckpt.step), "optimizer_steps": int(opt.iterations),
+         "loss": float(tf.reduce_mean(tf.abs(net(tf.range(10.0)[:, None]) - toy_targets)))}
+"""
+
+
+def test_the_training_checkpoints_guide_resumes_where_it_saved(shell, tmp_path, monkeypatch):
+    """TensorFlow's "Training checkpoints" guide: a Checkpoint over a step variable, an optimizer, a model and a
+    dataset iterator, a CheckpointManager keeping 3, a training function of an earlier cell; run twice, the second
+    time restoring from the first's last save. Before: "cannot send variable 'ckpt'" (and 'iterator')."""
+    runs = {}
+    for run, distribute in (("one", False), ("two", True)):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        ns = _cell(shell, CHECKPOINTS)
+        objects = {name: ns[name] for name in ("net", "opt", "ckpt", "manager", "iterator", "printed")}
+        _cell(shell, CHECKPOINTS_TRAIN, distribute=distribute)
+        _cell(shell, CHECKPOINTS_TRAIN, distribute=distribute)  # resumes: the checkpoints of the first call
+        ns = _cell(shell, CHECKPOINTS_AFTER)
+        assert all(ns[name] is value for name, value in objects.items()), "a notebook object was replaced"
+        runs[run] = dict(ns["after"], printed=list(ns["printed"]))
+    one, two = runs["one"], runs["two"]
+    assert two["printed"] == one["printed"], (two["printed"], one["printed"])
+    assert two["printed"][6] == "Restored from ./tf_ckpts/ckpt-5", two["printed"]
+    assert two["checkpoints"] == one["checkpoints"] == [f"./tf_ckpts/ckpt-{i}" for i in (8, 9, 10)]
+    # The notebook's objects stand where one process leaves them: the iterator 100 batches on, the counters, the
+    # optimizer's steps (before: a new optimizer with 0 steps replaced the notebook's `opt`, which the checkpoint
+    # still held, when its model's layers were named differently on the ranks: 'dense' there, 'dense_1' here).
+    counters = ("next_x", "save_count", "step", "optimizer_steps")
+    assert [two[k] for k in counters] == [one[k] for k in counters], (two, one)
+    assert two["loss"] < max(1.5 * one["loss"], one["loss"] + 0.5), (two["loss"], one["loss"])
+    assert sorted(os.listdir(tmp_path / "two" / "tf_ckpts")) == sorted(os.listdir(tmp_path / "one" / "tf_ckpts"))
+
+
 # ------------------------------------------------------------------------------------- train_on_batch GAN
 
 CLASSIC_GAN = """
