@@ -379,7 +379,8 @@ def train_and_checkpoint(net, manager):
 
 CHECKPOINTS_TRAIN = "train_and_checkpoint(net, manager)\n"
 
-CHECKPOINTS_AFTER = """after = {"checkpoints": list(manager.checkpoints), "next_x": next(iterator)["x"].numpy().ravel().tolist(),
+CHECKPOINTS_AFTER = """after = {"checkpoints": list(manager.checkpoints),
+         "next_x": next(iterator)["x"].numpy().ravel().tolist(),
          "save_count": int(ckpt.save_counter), "step": int(ckpt.step), "optimizer_steps": int(opt.iterations),
          "loss": float(tf.reduce_mean(tf.abs(net(tf.range(10.0)[:, None]) - toy_targets)))}
 """
