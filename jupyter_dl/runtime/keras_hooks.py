@@ -73,6 +73,12 @@ def _checkpoint_saves():
     ]
 
 
+def _summaries_off():
+    """A context in which TensorFlow records no summaries (where TensorFlow is loaded)."""
+    tf = sys.modules.get("tensorflow")
+    return tf.summary.record_if(False) if tf is not None else contextlib.nullcontext()
+
+
 class KerasHooks:
     """Patch Keras for the duration of one cell on one rank; use as a context manager."""
 
@@ -149,9 +155,13 @@ class KerasHooks:
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:
             setattr(owner, name, patched)
+        # A custom loop's `tf.summary.scalar(...)` into the notebook's log folder: rank 0's alone (summary_writers).
+        self._no_summaries = _summaries_off() if self.rank != 0 else contextlib.nullcontext()
+        self._no_summaries.__enter__()
         return self
 
     def __exit__(self, *exc):
+        self._no_summaries.__exit__(*exc)
         for owner, name, original, _ in reversed(self._patches):
             setattr(owner, name, original)
         self.updates.__exit__(*exc)

@@ -29,7 +29,7 @@ from jupyter_dl.runtime.probe import ProbeDone
 from jupyter_dl.runtime.publish import engine_publisher
 from jupyter_dl.runtime.resources import ResourceSampler
 from jupyter_dl.runtime.stall_watch import StallWatch
-from jupyter_dl.wire import keras_objects, object_state, payload, random_state
+from jupyter_dl.wire import keras_objects, object_state, payload, random_state, summary_writers
 from jupyter_dl.wire.spec import OUT_NAME, RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -198,6 +198,7 @@ def run(spec: RankSpec) -> dict:
                     _exec_cell(spec, namespace)
                 finally:  # a figure drawn before an error shows too, as in one process
                     cell_figures.show_and_close(show=spec.rank == 0)
+                    summary_writers.flush(namespace.values())  # the notebook may read the events next
                 result = None
                 if spec.rank == 0:  # a policy or a seed the cell set goes back to the notebook, as in one process
                     outcome["dtype_policy"] = keras_objects.global_dtype_policy()

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from jupyter_dl.wire import construction
+from jupyter_dl.wire import construction, summary_writers
+from jupyter_dl.wire.after_import import after_import
 
 _SIMPLE = (str, int, float, bool, type(None))
 
@@ -385,34 +386,6 @@ def _record(instance, cls, args, kwargs):
     object.__setattr__(instance, "_auto_config", SerializableDict(**arguments) if simple else None)
 
 
-class _RecordAfterKerasImport:
-    """A meta-path finder that applies record_constructor_arguments() once Keras' Model module has loaded, so models
-    built in the notebook before the first distributed cell can travel too (no Keras import at extension load)."""
-
-    TARGET = "keras.src.models.model"
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.TARGET:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            # keras.Model is the class defined here; keras' top level re-exports the same object.
-            _patch_model_class(module.Model)
-            construction.install()
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def _patch_model_class(model_class):
     if getattr(model_class.__new__, "_jdl_records_arguments", False):
         return
@@ -429,8 +402,13 @@ def _patch_model_class(model_class):
 
 
 def record_constructor_arguments_when_keras_loads():
-    """Kernel side, at extension load: patch now if Keras is loaded, else as soon as it is."""
-    if "keras.src.models.model" in sys.modules:
-        record_constructor_arguments()
-    elif not any(isinstance(f, _RecordAfterKerasImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RecordAfterKerasImport())
+    """Kernel side, at extension load: patch now if Keras is loaded, else as soon as it is (so models built in the
+    notebook before the first distributed cell can travel too); TensorFlow's summary writers likewise."""
+    after_import("keras.src.models.model", _record_in_model_module)
+    summary_writers.record_settings_when_tensorflow_loads()
+
+
+def _record_in_model_module(module):
+    # keras.Model is the class defined there; keras' top level re-exports the same object.
+    _patch_model_class(module.Model)
+    construction.install()

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from jupyter_dl.wire import construction, dataset_iterators, datasets, in_place_update, keras_objects, tf_checkpoints
+from jupyter_dl.wire import (
+    construction,
+    dataset_iterators,
+    datasets,
+    in_place_update,
+    keras_objects,
+    summary_writers,
+    tf_checkpoints,
+)
 
 
 @dataclass
@@ -259,6 +267,8 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         value = keras_objects.dumps(value, namespace, known)
     elif dataset_iterators.is_iterator(value):
         value = dataset_iterators.dumps(value)
+    elif summary_writers.is_writer(value):
+        value = summary_writers.dumps(value)
     elif tf_checkpoints.is_checkpoint(value) or tf_checkpoints.is_manager(value):
         value = tf_checkpoints.dumps(value, namespace or {}, known or {})
     return cloudpickle.dumps(value)
@@ -464,9 +474,11 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
             except Exception:
                 del values[name]
                 problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
-    # Iterators, checkpoints over them and the objects rebuilt above, then the managers of those checkpoints.
+    # Iterators and summary writers, checkpoints over them and the objects rebuilt above, then the managers of those
+    # checkpoints.
     loaders = {
         dataset_iterators.IteratorPayload: dataset_iterators.loads,
+        summary_writers.WriterPayload: summary_writers.loads,
         tf_checkpoints.CheckpointPayload: tf_checkpoints.loads,
         tf_checkpoints.ManagerPayload: tf_checkpoints.loads,
     }

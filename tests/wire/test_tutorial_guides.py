@@ -414,6 +414,126 @@ def test_the_training_checkpoints_guide_resumes_where_it_saved(shell, tmp_path, 
     assert sorted(os.listdir(tmp_path / "two" / "tf_ckpts")) == sorted(os.listdir(tmp_path / "one" / "tf_ckpts"))
 
 
+# ------------------------------------------------------------------------- TensorBoard from a custom training loop
+
+SUMMARIES = """
+import datetime
+import tensorflow as tf
+
+train_dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))
+test_dataset = tf.data.Dataset.from_tensor_slices((x_test, y_test))
+train_dataset = train_dataset.shuffle(60000).batch(64)
+test_dataset = test_dataset.batch(64)
+
+
+def create_model():
+    return tf.keras.models.Sequential([
+        tf.keras.layers.Flatten(input_shape=(64,)),
+        tf.keras.layers.Dense(64, activation="relu"),
+        tf.keras.layers.Dropout(0.2),
+        tf.keras.layers.Dense(10, activation="softmax")
+    ])
+
+
+loss_object = tf.keras.losses.SparseCategoricalCrossentropy()
+optimizer = tf.keras.optimizers.Adam()
+train_loss = tf.keras.metrics.Mean("train_loss", dtype=tf.float32)
+train_accuracy = tf.keras.metrics.SparseCategoricalAccuracy("train_accuracy")
+test_loss = tf.keras.metrics.Mean("test_loss", dtype=tf.float32)
+test_accuracy = tf.keras.metrics.SparseCategoricalAccuracy("test_accuracy")
+
+
+def train_step(model, optimizer, x_train, y_train):
+    with tf.GradientTape() as tape:
+        predictions = model(x_train, training=True)
+        loss = loss_object(y_train, predictions)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    train_loss(loss)
+    train_accuracy(y_train, predictions)
+
+
+def test_step(model, x_test, y_test):
+    predictions = model(x_test)
+    loss = loss_object(y_test, predictions)
+    test_loss(loss)
+    test_accuracy(y_test, predictions)
+
+
+current_time = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+train_log_dir = "logs/gradient_tape/" + current_time + "/train"
+test_log_dir = "logs/gradient_tape/" + current_time + "/test"
+train_summary_writer = tf.summary.create_file_writer(train_log_dir)
+test_summary_writer = tf.summary.create_file_writer(test_log_dir)
+model = create_model()
+EPOCHS = 3
+"""
+
+SUMMARIES_LOOP = """for epoch in range(EPOCHS):
+    for (x_train, y_train) in train_dataset:
+        train_step(model, optimizer, x_train, y_train)
+    with train_summary_writer.as_default():
+        tf.summary.scalar("loss", train_loss.result(), step=epoch)
+        tf.summary.scalar("accuracy", train_accuracy.result(), step=epoch)
+    for (x_test, y_test) in test_dataset:
+        test_step(model, x_test, y_test)
+    with test_summary_writer.as_default():
+        tf.summary.scalar("loss", test_loss.result(), step=epoch)
+        tf.summary.scalar("accuracy", test_accuracy.result(), step=epoch)
+    template = "Epoch {}, Loss: {}, Accuracy: {}, Test Loss: {}, Test Accuracy: {}"
+    print(template.format(epoch + 1, train_loss.result(), train_accuracy.result() * 100, test_loss.result(),
+                          test_accuracy.result() * 100))
+    train_loss.reset_state()
+    test_loss.reset_state()
+    train_accuracy.reset_state()
+    test_accuracy.reset_state()
+"""
+
+
+def _scalars(folder):
+    """{tag: [(step, value)]} from the event files under `folder`, and how many files hold any (each writer starts
+    a file, which TensorBoard reads as part of the folder's one run: only what is in them counts)."""
+    import tensorflow as tf
+
+    found: dict = {}
+    writing = 0
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        values = [
+            (event.step, value)
+            for event in map(tf.compat.v1.Event.FromString, (r.numpy() for r in tf.data.TFRecordDataset(str(path))))
+            for value in event.summary.value
+        ]
+        writing += bool(values)
+        for step, value in values:
+            found.setdefault(value.tag, []).append((step, float(tf.make_ndarray(value.tensor))))
+    return found, writing
+
+
+def test_tensorboard_summaries_of_a_custom_loop_are_written_once_into_the_notebook_s_log_dir(
+    shell, digits, tmp_path, monkeypatch
+):
+    """TensorFlow's TensorBoard tutorial, "Using TensorBoard with other methods": writers made with
+    `tf.summary.create_file_writer` in a plain cell, `tf.summary.scalar` in the distributed loop. Before: "cannot send
+    variable 'train_summary_writer'"; every rank writing would leave one event file per rank."""
+    monkeypatch.chdir(tmp_path)
+    shell.user_ns.update(digits)
+    ns = _cell(shell, SUMMARIES)
+    writer, model = ns["train_summary_writer"], ns["model"]
+    _cell(shell, SUMMARIES_LOOP, distribute=True)
+    assert ns["train_summary_writer"] is writer and ns["model"] is model
+    for side in ("train", "test"):
+        scalars, files = _scalars(tmp_path / ns[f"{side}_log_dir"])
+        assert files == 1, (side, files)
+        assert [step for step, _ in scalars["loss"]] == [0, 1, 2], scalars
+        assert [step for step, _ in scalars["accuracy"]] == [0, 1, 2], scalars
+    losses = [value for _, value in _scalars(tmp_path / ns["train_log_dir"])[0]["loss"]]
+    assert losses[-1] < losses[0], losses
+    # The notebook's writer still writes where it did.
+    _cell(shell, "with train_summary_writer.as_default():\n    tf.summary.scalar('after', 1.0, step=0)\n"
+          "train_summary_writer.flush()\n")
+    assert "after" in _scalars(tmp_path / ns["train_log_dir"])[0]
+
+
 # ------------------------------------------------------------------------------------- train_on_batch GAN
 
 CLASSIC_GAN = """
