@@ -49,12 +49,13 @@ def _saving_functions():
 
 
 def _first_argument(owner, args, kwargs):
-    """The path of `model.save(filepath)` or `save_weights(filepath)`."""
-    return args[0] if args else kwargs.get("filepath", "")
+    """The path of `model.save(filepath)`, `save_weights(filepath)` or `tf.saved_model.save(model, export_dir)`."""
+    return args[0] if args else kwargs.get("filepath", kwargs.get("export_dir", ""))
 
 
 def _checkpoint_saves():
-    """(owner, name, function, path_of) for TensorFlow's checkpoint writers, where TensorFlow is loaded."""
+    """(owner, name, function, path_of) for TensorFlow's checkpoint and SavedModel writers, where TensorFlow is
+    loaded."""
     tf = sys.modules.get("tensorflow")
     if tf is None:
         return []
@@ -70,6 +71,7 @@ def _checkpoint_saves():
         (checkpoint, "save", checkpoint.save, prefix),
         (checkpoint, "write", checkpoint.write, prefix),
         (manager, "save", manager.save, folder),
+        (tf.saved_model, "save", tf.saved_model.save, _first_argument),  # save(obj, export_dir): obj is the owner
     ]
 
 

@@ -487,6 +487,7 @@ SUMMARIES_LOOP = """for epoch in range(EPOCHS):
     test_loss.reset_state()
     train_accuracy.reset_state()
     test_accuracy.reset_state()
+tf.saved_model.save(model, "saved_model")
 """
 
 
@@ -514,7 +515,8 @@ def test_tensorboard_summaries_of_a_custom_loop_are_written_once_into_the_notebo
 ):
     """TensorFlow's TensorBoard tutorial, "Using TensorBoard with other methods": writers made with
     `tf.summary.create_file_writer` in a plain cell, `tf.summary.scalar` in the distributed loop. Before: "cannot send
-    variable 'train_summary_writer'"; every rank writing would leave one event file per rank."""
+    variable 'train_summary_writer'"; every rank writing would leave one event file per rank. The loop's model is
+    then saved with `tf.saved_model.save`, which rank 0 alone writes."""
     monkeypatch.chdir(tmp_path)
     shell.user_ns.update(digits)
     ns = _cell(shell, SUMMARIES)
@@ -528,6 +530,9 @@ def test_tensorboard_summaries_of_a_custom_loop_are_written_once_into_the_notebo
         assert [step for step, _ in scalars["accuracy"]] == [0, 1, 2], scalars
     losses = [value for _, value in _scalars(tmp_path / ns["train_log_dir"])[0]["loss"]]
     assert losses[-1] < losses[0], losses
+    # Rank 0 alone wrote the SavedModel (every rank writing one folder raced), and the notebook loads it.
+    assert (tmp_path / "saved_model" / "saved_model.pb").exists()
+    _cell(shell, "served = tf.saved_model.load('saved_model')\n")
     # The notebook's writer still writes where it did.
     _cell(shell, "with train_summary_writer.as_default():\n    tf.summary.scalar('after', 1.0, step=0)\n"
           "train_summary_writer.flush()\n")
