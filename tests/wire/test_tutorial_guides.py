@@ -534,8 +534,11 @@ def test_tensorboard_summaries_of_a_custom_loop_are_written_once_into_the_notebo
     assert (tmp_path / "saved_model" / "saved_model.pb").exists()
     _cell(shell, "served = tf.saved_model.load('saved_model')\n")
     # The notebook's writer still writes where it did.
-    _cell(shell, "with train_summary_writer.as_default():\n    tf.summary.scalar('after', 1.0, step=0)\n"
-          "train_summary_writer.flush()\n")
+    _cell(
+        shell,
+        "with train_summary_writer.as_default():\n    tf.summary.scalar('after', 1.0, step=0)\n"
+        "train_summary_writer.flush()\n",
+    )
     assert "after" in _scalars(tmp_path / ns["train_log_dir"])[0]
 
 
