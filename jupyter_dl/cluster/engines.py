@@ -122,8 +122,9 @@ class EngineCluster(Configurable):
     ).tag(config=True)
     heartbeat_ms = Integer(
         1000,
-        help="Heartbeat period (ms) of the controller of clusters started here (ipyparallel's HeartMonitor.period, "
-        "3000 by default). A new engine counts as registered only at the second heartbeat after it connects, so "
+        help="Heartbeat period (ms) of the controller of local clusters started here (ipyparallel's "
+        "HeartMonitor.period; Slurm, MPI and SSH clusters keep ipyparallel's default, "
+        "3000). A new engine counts as registered only at the second heartbeat after it connects, so "
         "ipyparallel's default kept every engine start 3-6 s longer than the engine itself took; a dead engine "
         "is dropped after 10 missed beats (10 s here instead of 30). A HeartMonitor.period in "
         "c.Cluster.controller_args wins.",
@@ -225,8 +226,11 @@ class EngineCluster(Configurable):
             ) from None
 
     def _start_controller(self, cluster, engines):
-        # Ahead of the configured arguments, so that one of the user's own wins.
-        cluster.controller_args = [f"--HeartMonitor.period={self.heartbeat_ms}", *cluster.controller_args]
+        if engines == "local":
+            # Ahead of the configured arguments, so that one of the user's own wins. Only where every engine is on
+            # this host: elsewhere a host cut off must stay listed for ~30 s, so that its silence tells it from an
+            # engine that died (kernel/job/lost_hosts.py; dropped after 10 s, it looked like a dead engine).
+            cluster.controller_args = [f"--HeartMonitor.period={self.heartbeat_ms}", *cluster.controller_args]
         cluster.start_controller_sync()
         self.cluster, self.owned, self._launcher = cluster, True, engines
         controller_pid = getattr(cluster.controller, "pid", None)
