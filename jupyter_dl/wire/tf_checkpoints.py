@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import cloudpickle
 
+from jupyter_dl.wire import dataset_iterators
+
 
 @dataclass
 class NameRef:
@@ -26,7 +28,7 @@ class OptimizerOfRef:
 
 @dataclass
 class CheckpointPayload:
-    children: dict  # attribute -> NameRef | OptimizerOfRef | bytes (a value of its own, pickled)
+    children: dict  # attribute -> NameRef | OptimizerOfRef | IteratorPayload | bytes (a value of its own, pickled)
     save_count: int | None  # None: never saved (TensorFlow makes the counter on first use)
 
 
@@ -82,6 +84,8 @@ def _child(attribute, child, namespace, known):
         owner = namespace.get(model_name)
         if _is_keras_model(owner) and getattr(owner, "optimizer", None) is child:
             return OptimizerOfRef(model_name)
+    if dataset_iterators.is_iterator(child):  # `iterator=iter(dataset)` made in the call
+        return dataset_iterators.dumps(child)
     try:
         return cloudpickle.dumps(child)
     except Exception as exc:
@@ -118,6 +122,8 @@ def loads(payload, resolve):
             children[attribute] = resolve(child.name)
         elif isinstance(child, OptimizerOfRef):
             children[attribute] = resolve(child.model_name).optimizer
+        elif isinstance(child, dataset_iterators.IteratorPayload):
+            children[attribute] = dataset_iterators.loads(child, resolve)
         else:
             children[attribute] = cloudpickle.loads(child)
     checkpoint = tf.train.Checkpoint(**children)
