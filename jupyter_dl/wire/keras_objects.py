@@ -51,6 +51,13 @@ class KerasPayload:
     refs: set = field(default_factory=set)
     # A metric's running totals: Keras' archive rebuilds a metric empty (`epoch_loss_avg.result()` would say 0.0).
     metric_state: list | None = None
+    # The History its last fit left on it (`model.history`: per-epoch logs, params, epochs), which Keras' archive
+    # leaves out: a cell that only calls `model.fit(...)` reads `model.history.history` afterwards.
+    history: tuple | None = None
+    # A compiled model's metrics' running totals (`model.metrics`: its loss tracker, compile metrics, the trackers
+    # a custom train_step updates), metric by metric: Keras' archive rebuilds them empty, and they are not among
+    # the model's variables.
+    metrics_state: list | None = None
 
 
 is_keras_saveable = construction.is_keras_saveable
@@ -95,7 +102,61 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
         },
         refs=set(referenced),
         metric_state=[v.numpy() for v in value.variables] if _is_metric(value) else None,
+        history=_history_of(value),
+        metrics_state=_metrics_state(value),
     )
+
+
+def is_history(value) -> bool:
+    cls = type(value)
+    return cls.__name__ == "History" and cls.__module__.startswith("keras")
+
+
+def _history_of(value) -> tuple | None:
+    """(logs, params, epochs) of the History a fit left on the model as `model.history`, or None."""
+    history = getattr(value, "__dict__", {}).get("history")
+    if not is_history(history):
+        return None
+    return dict(history.history), dict(history.params or {}), list(history.epoch)
+
+
+def _model_metrics(value) -> list | None:
+    """A compiled model's `metrics` (its own property may be the user's, reading trackers compile() made)."""
+    if not hasattr(value, "get_compile_config") or not getattr(value, "compiled", False):
+        return None
+    try:
+        return list(value.metrics)
+    except Exception:
+        return None
+
+
+def _metrics_state(value) -> list | None:
+    metrics = _model_metrics(value)
+    if metrics is None:
+        return None
+    return [[variable.numpy() for variable in metric.variables] for metric in metrics]
+
+
+def restore_model_state(value, payload: KerasPayload) -> None:
+    """What Keras' archive leaves out of a model, put into `value` (the rebuilt copy, or the receiver's own model
+    that took its training): the History its last fit left, its metrics' totals where they pair up."""
+    metrics = _model_metrics(value) if payload.metrics_state is not None else None
+    if metrics is not None and len(metrics) == len(payload.metrics_state):
+        for metric, state in zip(metrics, payload.metrics_state):
+            assign_if_same_shapes(metric.variables, state)
+    _restore_history(value, payload)
+
+
+def _restore_history(value, payload: KerasPayload) -> None:
+    """`value.history` as the sender's model had it: a History of the same logs, set to `value`."""
+    if payload.history is None:
+        return
+    import keras
+
+    history = keras.callbacks.History()
+    history.history, history.params, history.epoch = payload.history
+    history.set_model(value)
+    value.history = history
 
 
 def _places(variables, namespace, names_by_id) -> list | None:
@@ -231,6 +292,7 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
     restore_optimizers(value, payload)
     if payload.metric_state is not None:
         assign_if_same_shapes(value.variables, payload.metric_state)
+    restore_model_state(value, payload)
     return value
 
 

@@ -96,9 +96,7 @@ def each_dataset(value, change):
     return _each(value, lambda item: change(item) if datasets.is_dataset(item) else item)
 
 
-def is_history(value) -> bool:
-    cls = type(value)
-    return cls.__name__ == "History" and cls.__module__.startswith("keras")
+is_history = keras_objects.is_history
 
 
 @dataclass
@@ -456,6 +454,8 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
         if not updated and keras_objects.is_optimizer(value):
             # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.
             in_place_update.update(value, value, keras_payload, around)
+        if updated:
+            keras_objects.restore_model_state(existing, keras_payload)
         values[name] = existing if updated else value
     for name, value in list(values.items()):
         if isinstance(value, HistoryPayload):
@@ -536,4 +536,8 @@ def _rebuild_history(payload: HistoryPayload, model):
     history.epoch = payload.epoch
     if model is not None:
         history.set_model(model)
+        # `history = model.fit(...)` is `model.history` in one process: the same object here too, when it is.
+        held = getattr(model, "__dict__", {}).get("history")
+        if is_history(held) and (held.history, held.epoch) == (history.history, history.epoch):
+            model.history = history
     return history
