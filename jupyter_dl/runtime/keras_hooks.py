@@ -13,6 +13,7 @@ Everything is restored when the cell ends, including learning rates and the dtyp
 back to the notebook is an ordinary Keras model.
 """
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -54,8 +55,10 @@ def _first_argument(owner, args, kwargs):
 
 
 def _checkpoint_saves():
-    """(owner, name, function, path_of) for TensorFlow's checkpoint and SavedModel writers, where TensorFlow is
-    loaded."""
+    """(owner, name, function, path_of, skipped) for TensorFlow's checkpoint and SavedModel writers, where
+    TensorFlow is loaded. `skipped(owner)` does, on the ranks that do not write, what the save changes besides the
+    files: a checkpoint's save count, what a manager knows of its saves (a later restore in the cell on any rank
+    then finds rank 0's newest)."""
     tf = sys.modules.get("tensorflow")
     if tf is None:
         return []
@@ -67,11 +70,22 @@ def _checkpoint_saves():
     def folder(owner, args, kwargs):
         return owner.directory
 
+    def count(owner):
+        owner.save_counter.assign_add(1)
+
+    def reread(owner):
+        saved = tf.train.get_checkpoint_state(owner.directory)
+        if saved is not None:
+            owner._latest_checkpoint = saved.model_checkpoint_path
+            paths, times = saved.all_model_checkpoint_paths, saved.all_model_checkpoint_timestamps
+            owner._maybe_delete = collections.OrderedDict(zip(paths, times))
+        count(owner._checkpoint)
+
     return [
-        (checkpoint, "save", checkpoint.save, prefix),
-        (checkpoint, "write", checkpoint.write, prefix),
-        (manager, "save", manager.save, folder),
-        (tf.saved_model, "save", tf.saved_model.save, _first_argument),  # save(obj, export_dir): obj is the owner
+        (checkpoint, "save", checkpoint.save, prefix, count),
+        (checkpoint, "write", checkpoint.write, prefix, None),
+        (manager, "save", manager.save, folder, reread),
+        (tf.saved_model, "save", tf.saved_model.save, _first_argument, None),  # save(obj, export_dir, ...)
     ]
 
 
@@ -118,7 +132,7 @@ class KerasHooks:
         def fit(model, x=None, y=None, *args, **kwargs):
             return hooks._fit(model, x, y, args, kwargs)
 
-        def on_rank0_only(original, path_of=_first_argument):
+        def on_rank0_only(original, path_of=_first_argument, skipped=None):
             # Every rank runs the cell's `model.save(path)`: a path shared by the ranks is written once, by rank 0
             # (the ranks' models are equal), and the others wait for it, since the cell may read it back on the
             # next line. A path of the rank's own (a temporary folder made in the cell) is written by its rank.
@@ -136,7 +150,11 @@ class KerasHooks:
                     hooks._saving = False
                 # What rank 0 wrote (a checkpoint's path, which the cell may print or restore from) is every rank's.
                 written = backend().broadcast_object(result if isinstance(result, str) else None, name=f"jdl.saved.{k}")
-                return written if shared and hooks.rank != 0 else result
+                if shared and hooks.rank != 0:
+                    if skipped is not None:  # the rest of what the save does, so the ranks' counts agree
+                        skipped(owner)
+                    return written
+                return result
 
             return save
 
@@ -150,7 +168,7 @@ class KerasHooks:
             *((module, name, on_rank0_only(original)) for module, name, original in _saving_functions()),
             (keras.Model, "export", on_rank0_only(keras.Model.export)),  # a SavedModel folder for serving
             # TensorFlow's checkpoints (the DCGAN tutorial's `checkpoint.save(file_prefix=...)` in a custom loop).
-            *((owner, name, on_rank0_only(save, path_of)) for owner, name, save, path_of in _checkpoint_saves()),
+            *((owner, name, on_rank0_only(*writer)) for owner, name, *writer in _checkpoint_saves()),
             # A callback's own files (images, plots, arrays) are written by rank 0 alone while fit runs.
             *file_writes.patches(lambda: hooks.rank != 0 and hooks.updates.in_fit),
         ]

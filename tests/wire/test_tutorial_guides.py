@@ -414,6 +414,20 @@ def test_the_training_checkpoints_guide_resumes_where_it_saved(shell, tmp_path, 
     assert sorted(os.listdir(tmp_path / "two" / "tf_ckpts")) == sorted(os.listdir(tmp_path / "one" / "tf_ckpts"))
 
 
+def test_every_rank_knows_rank_0_s_saves_within_the_cell(shell, tmp_path, monkeypatch):
+    """Rank 0 alone writes a checkpoint; the other ranks count the save and read the manager's list of saves, so a
+    restore later in the same cell finds the same newest checkpoint on every rank."""
+    monkeypatch.chdir(tmp_path)
+    _cell(shell, CHECKPOINTS)
+    views = """train_and_checkpoint(net, manager)
+from jupyter_dl import collectives
+views = collectives.allgather((manager.latest_checkpoint, list(manager.checkpoints), int(ckpt.save_counter)))
+"""
+    ns = _cell(shell, views, distribute=True)
+    expected = ("./tf_ckpts/ckpt-5", [f"./tf_ckpts/ckpt-{i}" for i in (3, 4, 5)], 5)
+    assert ns["views"] == [expected, expected], ns["views"]
+
+
 # ------------------------------------------------------------------------- TensorBoard from a custom training loop
 
 SUMMARIES = """
