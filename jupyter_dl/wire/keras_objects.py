@@ -13,6 +13,7 @@ Keras also rebuilds a subclassed model by calling its constructor with the argum
 
 import contextlib
 import inspect
+import io
 import sys
 import types
 import warnings
@@ -67,7 +68,8 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
     """`names_by_id`: {id(object): name} of objects the receiver has under a name; arguments the object was built
     from that are among them travel as references (construction.NameRef)."""
     record_constructor_arguments()
-    names_by_id = {k: v for k, v in (names_by_id or {}).items() if k != id(value)}
+    every_name = dict(names_by_id or {})  # its own too: a method of its class may name it (dumps_code)
+    names_by_id = {k: v for k, v in every_name.items() if k != id(value)}
     with construction.serialising(names_by_id) as referenced:
         custom = custom_objects_of(value, namespace or {})
         try:
@@ -82,7 +84,7 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
         built_over = value._trainable_variables if value.built else None
         return KerasPayload(
             blob,
-            cloudpickle.dumps(custom),
+            dumps_code(custom, every_name),
             type(value).__name__,
             optimizer_state(value),
             None,
@@ -91,7 +93,7 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
         )
     return KerasPayload(
         blob,
-        cloudpickle.dumps(custom),
+        dumps_code(custom, every_name),
         type(value).__name__,
         _optimizer_state(value),
         policy,
@@ -107,6 +109,48 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
     )
 
 
+@dataclass
+class ReceiversOwn:
+    """In the globals of a notebook function or method sent by value: the object the receiver has under `name`."""
+
+    name: str
+
+
+class _CodePickler(cloudpickle.Pickler):
+    def __init__(self, file, names_by_id):
+        super().__init__(file)
+        self._names_by_id = names_by_id
+
+    def reducer_override(self, obj):
+        name = self._names_by_id.get(id(obj))
+        if name is not None and not isinstance(obj, (type, types.FunctionType)):
+            return ReceiversOwn, (name,)
+        return super().reducer_override(obj)
+
+
+def dumps_code(value, names_by_id: dict) -> bytes:
+    """cloudpickle of notebook classes and functions (a model's custom objects, a class the cell reads), with the
+    objects the receiver has by name (`names_by_id`: {id: name}) that their globals hold travelling as ReceiversOwn.
+    By value, a class whose method names the notebook's `model` (the text-generation tutorial's
+    `CustomTraining.train_step` applies gradients to `model.trainable_variables`) would carry that model, an
+    instance of itself, which cannot be rebuilt before the class is. The receiver binds the names afterwards
+    (bind_globals; on the ranks also payload.bind_functions, over the job's objects)."""
+    if not names_by_id:
+        return cloudpickle.dumps(value)
+    buffer = io.BytesIO()
+    _CodePickler(buffer, names_by_id).dump(value)
+    return buffer.getvalue()
+
+
+def bind_globals(functions, lookup) -> None:
+    """Replace the ReceiversOwn in the functions' globals by `lookup(name)` where it has the name."""
+    for fn in functions:
+        for key, held in list(fn.__globals__.items()):
+            if isinstance(held, ReceiversOwn):
+                with contextlib.suppress(KeyError):
+                    fn.__globals__[key] = lookup(held.name)
+
+
 def is_history(value) -> bool:
     cls = type(value)
     return cls.__name__ == "History" and cls.__module__.startswith("keras")
@@ -115,7 +159,7 @@ def is_history(value) -> bool:
 def _history_of(value) -> tuple | None:
     """(logs, params, epochs) of the History a fit left on the model as `model.history`, or None."""
     history = getattr(value, "__dict__", {}).get("history")
-    if not is_history(history):
+    if history is None or not is_history(history):
         return None
     return dict(history.history), dict(history.params or {}), list(history.epoch)
 
@@ -140,9 +184,10 @@ def _metrics_state(value) -> list | None:
 def restore_model_state(value, payload: KerasPayload) -> None:
     """What Keras' archive leaves out of a model, put into `value` (the rebuilt copy, or the receiver's own model
     that took its training): the History its last fit left, its metrics' totals where they pair up."""
-    metrics = _model_metrics(value) if payload.metrics_state is not None else None
-    if metrics is not None and len(metrics) == len(payload.metrics_state):
-        for metric, state in zip(metrics, payload.metrics_state):
+    states = payload.metrics_state
+    metrics = _model_metrics(value) if states is not None else None
+    if metrics is not None and states is not None and len(metrics) == len(states):
+        for metric, state in zip(metrics, states):
             assign_if_same_shapes(metric.variables, state)
     _restore_history(value, payload)
 

@@ -11,6 +11,7 @@ import contextlib
 import dis
 import hashlib
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -269,6 +270,8 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         value = summary_writers.dumps(value)
     elif tf_checkpoints.is_checkpoint(value) or tf_checkpoints.is_manager(value):
         value = tf_checkpoints.dumps(value, namespace or {}, known or {})
+    elif isinstance(value, type) and value.__module__ == "__main__":  # its methods may name the receiver's objects
+        return keras_objects.dumps_code(value, known or {})
     return cloudpickle.dumps(value)
 
 
@@ -476,7 +479,7 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
                 problems[name] = f"it is a symbolic tensor of '{value.model_name}', which did not come back as it was"
     # Iterators and summary writers, checkpoints over them and the objects rebuilt above, then the managers of those
     # checkpoints.
-    loaders = {
+    loaders: dict[type, Callable] = {
         dataset_iterators.IteratorPayload: dataset_iterators.loads,
         summary_writers.WriterPayload: summary_writers.loads,
         tf_checkpoints.CheckpointPayload: tf_checkpoints.loads,
@@ -490,6 +493,9 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
                 except Exception as exc:
                     del values[name]
                     problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
+    # Objects the notebook's methods name, sent as references (keras_objects.dumps_code): the receiver's own.
+    for value in list(values.values()):
+        keras_objects.bind_globals(notebook_functions(value), resolve)
     return values, problems
 
 
@@ -538,6 +544,6 @@ def _rebuild_history(payload: HistoryPayload, model):
         history.set_model(model)
         # `history = model.fit(...)` is `model.history` in one process: the same object here too, when it is.
         held = getattr(model, "__dict__", {}).get("history")
-        if is_history(held) and (held.history, held.epoch) == (history.history, history.epoch):
+        if held is not None and is_history(held) and (held.history, held.epoch) == (history.history, history.epoch):
             model.history = history
     return history

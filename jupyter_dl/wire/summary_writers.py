@@ -43,7 +43,7 @@ def _record_settings(module) -> None:
                 settings["logdir"] = os.path.abspath(settings["logdir"])
             object.__setattr__(self, _SETTINGS, settings)
 
-    __init__._jdl_records = True
+    __init__._jdl_records = True  # type: ignore[attr-defined]
     writer_class.__init__ = __init__
 
 
