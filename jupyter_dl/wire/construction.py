@@ -469,11 +469,15 @@ def _patch_build_from_config(model_class):
 def _patch_losses_and_metrics():
     """Losses and metrics are no Operations, and Keras rebuilds them with `cls(**get_config())`, which only has
     `name` and `reduction`/`dtype`: a notebook's `ScaledLoss(scale)` or `Threshold(0.5)` without its own get_config
-    could not be rebuilt. They travel by their construction record too."""
+    could not be rebuilt. They travel by their construction record too, and so do regularizers, constraints and
+    initializers, whose base get_config raises or returns {} (PointNet's `OrthogonalRegularizer(num_features)`)."""
+    from keras.src.constraints.constraints import Constraint
+    from keras.src.initializers.initializer import Initializer
     from keras.src.losses.loss import Loss
     from keras.src.metrics.metric import Metric
+    from keras.src.regularizers.regularizers import Regularizer
 
-    for base in (Loss, Metric):
+    for base in (Loss, Metric, Regularizer, Constraint, Initializer):
         original_new = base.__new__
 
         def __new__(cls, *args, _original_new=original_new, **kwargs):
@@ -493,7 +497,8 @@ def _get_config_by_record(original):
         written_by_user = any(is_foreign(k) and "get_config" in k.__dict__ for k in type(self).__mro__)
         if _names_by_id.get() is not None and "_jdl_made_with" in self.__dict__ and not written_by_user:
             blob = cloudpickle.dumps(_record_of(self))
-            return {"name": self.name, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
+            named = {"name": self.name} if hasattr(self, "name") else {}  # regularizers have no name
+            return {**named, RECORD_KEY: base64.b64encode(blob).decode("ascii")}
         return original(self)
 
     return get_config

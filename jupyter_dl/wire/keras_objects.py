@@ -376,6 +376,9 @@ def _classes_in(value):
         # methods (Keras keeps a wrapped `build` there).
         held = getattr(part, "__dict__", {}).values()
         parts.extend(f for f in held if isinstance(f, types.FunctionType) and "." not in f.__qualname__)
+        # Notebook regularizers, constraints and initializers a Keras layer holds (PointNet's Dense with an
+        # `OrthogonalRegularizer` activity regularizer): its config names their classes only by name.
+        parts.extend(v for v in held if _user_defined(type(v)) and hasattr(type(v), "from_config"))
     for attribute in ("loss", "optimizer"):
         part = getattr(value, attribute, None)
         if part is not None and not isinstance(part, (str, list, dict)):
