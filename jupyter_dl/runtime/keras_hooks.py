@@ -260,6 +260,7 @@ class KerasHooks:
                 float(self.updates.gradient_weight.numpy()),
                 self.updates.mark_synced,
                 self._validation_share,
+                functools.partial(_assigned_by_the_step, model, self.updates),
             )
         ]
         if checkpoint is not None and self.elastic is None:
@@ -430,12 +431,45 @@ def _build_before_tracing(model, iterator=None, data_batch=None):
             model.built, model._build_shapes_dict = False, shapes
 
 
+def _assigned_by_the_step(model, updates):
+    """The model's trainable float variables no hooked optimizer updated: EMA copies, and state a train_step
+    assigns from its own batch (keras.io's ADA augmenter's `probability`, which follows the discriminator's accuracy
+    on each rank's real images)."""
+    updated = {id(v) for v in updates.updated_variables()}
+    return [v for v in model.trainable_variables if id(v) not in updated and v.dtype.startswith("float")]
+
+
+def _average_where_apart(variables, name):
+    """Average across ranks those of `variables` whose values differ between ranks (one small gather of
+    fingerprints; variables equal everywhere, as an EMA copy of averaged weights is, are left untouched). A train
+    step that assigns a variable from its own batch moves it on each rank's data: averaging gives every rank, and
+    the notebook, the value a step over the whole global batch would (exactly so for an update linear in the batch's
+    statistic)."""
+    if not variables:
+        return
+    from jupyter_dl.runtime.divergence import fingerprint
+
+    everyone = backend().allgather_object(fingerprint(variables), name=f"{name}.fingerprints")
+    for i, variable in enumerate(variables):
+        if any((theirs[i] != everyone[0][i]).any() for theirs in everyone[1:]):
+            averaged = backend().allreduce(variable.numpy(), op="average", name=f"{name}.{i}")
+            variable.assign(averaged.astype(variable.dtype))
+
+
 def _make_sync_callback(
-    keras, model, rank, checkpoint=None, resume=None, weight=1.0, mark_synced=None, validation_weight=1.0
+    keras,
+    model,
+    rank,
+    checkpoint=None,
+    resume=None,
+    weight=1.0,
+    mark_synced=None,
+    validation_weight=1.0,
+    assigned_by_the_step=None,
 ):
     class RankSync(keras.callbacks.Callback):
         """Broadcast rank 0's variables when training starts (restored from the checkpoint when resuming);
-        average epoch metrics across ranks."""
+        average epoch metrics, and trainable variables the train step assigned apart, across ranks."""
 
         def __init__(self):
             super().__init__()
@@ -465,6 +499,8 @@ def _make_sync_callback(
                 self._optimizer_synced = True
 
         def on_epoch_end(self, epoch, logs=None):
+            if assigned_by_the_step is not None:
+                _average_where_apart(assigned_by_the_step(), f"jdl.step_state.{epoch}")
             if logs:
                 keys = sorted(logs)
                 # Each rank's metrics weigh by its share of the samples (of the global batch with --balance, of the
