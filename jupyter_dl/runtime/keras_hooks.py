@@ -49,9 +49,17 @@ def _saving_functions():
     return found
 
 
-def _first_argument(owner, args, kwargs):
-    """The path of `model.save(filepath)`, `save_weights(filepath)` or `tf.saved_model.save(model, export_dir)`."""
-    return args[0] if args else kwargs.get("filepath", kwargs.get("export_dir", ""))
+def _path_argument(*keywords):
+    """path_of(owner, args, kwargs) for a writer whose path is its first argument after the owner, or one of these
+    keywords: `model.save(filepath)`, `checkpoint.save(file_prefix)`, `tf.saved_model.save(model, export_dir)`."""
+
+    def path_of(owner, args, kwargs):
+        return args[0] if args else next((kwargs[k] for k in keywords if k in kwargs), "")
+
+    return path_of
+
+
+_first_argument = _path_argument("filepath")
 
 
 def _checkpoint_saves():
@@ -64,8 +72,7 @@ def _checkpoint_saves():
         return []
     checkpoint, manager = tf.train.Checkpoint, tf.train.CheckpointManager
 
-    def prefix(owner, args, kwargs):
-        return args[0] if args else kwargs.get("file_prefix", "")
+    prefix = _path_argument("file_prefix")
 
     def folder(owner, args, kwargs):
         return owner.directory
@@ -85,7 +92,7 @@ def _checkpoint_saves():
         (checkpoint, "save", checkpoint.save, prefix, count),
         (checkpoint, "write", checkpoint.write, prefix, None),
         (manager, "save", manager.save, folder, reread),
-        (tf.saved_model, "save", tf.saved_model.save, _first_argument, None),  # save(obj, export_dir, ...)
+        (tf.saved_model, "save", tf.saved_model.save, _path_argument("export_dir"), None),  # save(obj, export_dir)
     ]
 
 

@@ -194,14 +194,20 @@ def restore_model_state(value, payload: KerasPayload) -> None:
 
 def _restore_history(value, payload: KerasPayload) -> None:
     """`value.history` as the sender's model had it: a History of the same logs, set to `value`."""
-    if payload.history is None:
-        return
+    if payload.history is not None:
+        logs, params, epochs = payload.history
+        value.history = history_of(logs, params, epochs, value)
+
+
+def history_of(logs, params, epochs, model=None):
+    """A Keras History holding these logs, params and epochs, set to `model` where there is one."""
     import keras
 
     history = keras.callbacks.History()
-    history.history, history.params, history.epoch = payload.history
-    history.set_model(value)
-    value.history = history
+    history.history, history.params, history.epoch = logs, params, epochs
+    if model is not None:
+        history.set_model(model)
+    return history
 
 
 def _places(variables, namespace, names_by_id) -> list | None:

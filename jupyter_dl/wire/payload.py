@@ -534,14 +534,8 @@ def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):
 
 
 def _rebuild_history(payload: HistoryPayload, model):
-    import keras
-
-    history = keras.callbacks.History()
-    history.history = payload.history
-    history.params = payload.params
-    history.epoch = payload.epoch
+    history = keras_objects.history_of(payload.history, payload.params, payload.epoch, model)
     if model is not None:
-        history.set_model(model)
         # `history = model.fit(...)` is `model.history` in one process: the same object here too, when it is.
         held = getattr(model, "__dict__", {}).get("history")
         if held is not None and is_history(held) and (held.history, held.epoch) == (history.history, history.epoch):
