@@ -12,7 +12,8 @@ A fault passes when the job ended as it must (finished; or RankError naming the 
 and, when it finished, lost no commit (elastic_faults.ElasticRun.lost_commits). Recovery time: from the injected
 failure (a grow: from the commit point where rank 0 heard the request) to the next group's first training step,
 both read from the engines' clocks. Prints per fault kind the median, p90, p99, max and a histogram; writes
-bench/results/soak_elastic.json (also every 10 faults, so a run stopped early leaves its numbers).
+bench/results/soak_elastic.json (soak_elastic_tf.json with --backend tf; also every 10 faults, so a run stopped early
+leaves its numbers).
 
     .venv/bin/python bench/soak_elastic.py [--runs 1000] [--kinds lost,grow] [--hang-after 180]
 """
@@ -208,7 +209,7 @@ def main(argv=None):
     session.cluster.start(n=ENGINES)
     assert jupyter_dl.distribute(_size, n=ENGINES, backend=args.backend) == ENGINES
     rows, hangs, wrong = [], [], []
-    out = HERE / "results" / "soak_elastic.json"
+    out = HERE / "results" / ("soak_elastic.json" if args.backend == "horovod" else f"soak_elastic_{args.backend}.json")
 
     def save():
         _common.write_results(

@@ -6,7 +6,8 @@ Why Horovod breaks on Keras 3 (TF >= 2.16):
   (`DistributedGradientTape.gradient`, `BroadcastGlobalVariablesCallback`, `register_local_*`);
 - its Keras optimizer wrapper overrides Keras 2 internals (`get_gradients`, `_aggregate_gradients`) that a Keras 3
   optimizer never calls, so it would train every rank apart without saying so;
-- its callbacks use Keras 2 names (`optimizer.lr`, `optimizer.variables()`, `keras.backend.get_value/constant`).
+- its callbacks use Keras 2 names (`optimizer.lr`, `optimizer.variables()`, `keras.backend.get_value/constant`),
+  and so do its elastic states (horovod_keras3_elastic.py).
 What works and is used as is: the collectives (`hvd.allreduce`, `grouped_allreduce`, `broadcast`, ...).
 
 Collectives here get fixed names derived from the tensors' shapes, never from Keras' auto-generated layer names:
@@ -18,6 +19,7 @@ import dataclasses
 import functools
 import zlib
 
+from jupyter_dl.backends import horovod_keras3_elastic
 from jupyter_dl.backends.keras3_unsupported import Keras3Unsupported
 
 _installed = False
@@ -54,6 +56,7 @@ def install():
         module.broadcast_global_variables = broadcast_global_variables
         for cls in _callback_classes():
             setattr(callbacks, cls.__name__, cls)
+    horovod_keras3_elastic.install()
     _installed = True
 
 

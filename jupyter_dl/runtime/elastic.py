@@ -30,9 +30,9 @@ BOARD_TIMEOUT_S = 2.0  # rank 0's read of the kernel's request; a board that doe
 class MembershipChange(BaseException):  # not an Exception: a cell's `except Exception` around fit must not stop it
     """Every rank leaves the cell at the same commit point, for the kernel to run it again on another group."""
 
-    def __init__(self, reason, epoch):
-        super().__init__(f"membership change after epoch {epoch + 1}: {reason}")
-        self.reason, self.epoch = reason, epoch
+    def __init__(self, reason, where):
+        super().__init__(f"membership change {where}: {reason}")
+        self.reason = reason
 
 
 def forget_other_jobs(job_id):
@@ -178,7 +178,41 @@ def elastic_epochs(count, *objects):
         if epoch + 1 < count:
             reason = change_requested(board, rank, f"loop.{index}.{epoch}")
             if reason:
-                raise MembershipChange(reason, epoch)
+                raise MembershipChange(reason, f"after epoch {epoch + 1}")
+
+
+# ------------------------------------------------------------------- other commit points (Horovod's elastic states)
+def running_job() -> tuple | None:
+    """(job id, board URL) of the elastic job this rank runs now, or None."""
+    return (_running["job_id"], _running["board"]) if _running else None
+
+
+def next_index(kind: str) -> int:
+    """The running elastic job's next object of `kind` in this run of the cell (0, 1, ...): the same objects get the
+    same indices on every rank and on every run of the cell, so a commit finds its object again on the next group."""
+    key = f"{kind}_count"
+    index = _running.get(key, 0)
+    _running[key] = index + 1
+    return index
+
+
+def keep(key: str, values):
+    """Commit `values` under `key` in the running elastic job."""
+    job_id = _running["job_id"]
+    _COMMIT_COUNTS[job_id] = _COMMIT_COUNTS.get(job_id, 0) + 1
+    _COMMITS.setdefault(job_id, {})[key] = values
+
+
+def kept(key: str):
+    """The running elastic job's last commit under `key` on this rank, or None."""
+    return _COMMITS.get(_running["job_id"], {}).get(key) if _running else None
+
+
+def leave_if_asked(point: str, where: str):
+    """A commit point: every rank leaves here together when the kernel asks for a change."""
+    reason = change_requested(_running["board"], backend().rank_and_size()[0], point)
+    if reason:
+        raise MembershipChange(reason, where)
 
 
 def _variables_of(objects) -> list:
@@ -237,6 +271,6 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             if epoch + 1 < epochs and not self.model.stop_training:  # (EarlyStopping ends the fit here anyway)
                 reason = change_requested(board_url, rank, epoch)
                 if reason:
-                    raise MembershipChange(reason, epoch)
+                    raise MembershipChange(reason, f"after epoch {epoch + 1}")
 
     return ElasticCommit()

@@ -292,8 +292,10 @@ def _hooks_for(spec: RankSpec):
     if spec.options.manual:
         if spec.options.backend == "horovod":
             from jupyter_dl.backends import horovod_keras3
+            from jupyter_dl.runtime import horovod_elastic
 
             horovod_keras3.install()  # the cell's own Horovod TF2/Keras code works on Keras 3
+            horovod_elastic.install()  # and its hvd.elastic code in a job, where the kernel changes the group
         return None
     from jupyter_dl.runtime.keras_hooks import KerasHooks
 

@@ -337,3 +337,143 @@ def test_after_a_commit_only_ranks_holding_one_survive_a_loss():
     assert survivors([7, 8], [dead, newcomer], committed=False) == [8]  # nothing committed yet: nothing to lose
     assert survivors([7, 8], [dead, newcomer], committed=True) == []  # the commit died with engine 7
     assert survivors([6, 7, 8], [holder, dead, newcomer], committed=True) == [6]  # engine 6 leads, 8 joins as new
+
+
+# ------------------------------------------------------------------------------ Horovod's own elastic API, --manual
+# Horovod's TF2 elastic example on digits: a TensorFlowKerasState committed after every batch; rank 0 writes each
+# step it took (epoch, batch, group size) to STEPS. Rank 1 dies once, right after the commit that follows batch 3 of
+# epoch 1.
+HVD_LOOP_CELL = """
+import os
+import keras
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+hvd.init()
+keras.utils.set_random_seed(1)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+optimizer = keras.optimizers.Adam(0.002)
+loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+@tf.function
+def train_one_batch(x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    tape = hvd.DistributedGradientTape(tape)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+@hvd.elastic.run
+def train(state):
+    while state.epoch < EPOCHS:
+        batches = len(x_train) // (32 * hvd.size())
+        while state.batch < batches:
+            start = (state.batch * hvd.size() + hvd.rank()) * 32
+            train_one_batch(x_train[start:start + 32], y_train[start:start + 32])
+            if hvd.rank() == 0:
+                with open(STEPS, "a") as f:
+                    f.write(f"{state.epoch} {state.batch} {hvd.size()}\\n")
+            state.batch += 1
+            state.commit()
+            if KILL and hvd.rank() == 1 and (state.epoch, state.batch) == (1, 4) and not os.path.exists(KILL):
+                open(KILL, "w").close()
+                os._exit(1)
+        state.epoch, state.batch = state.epoch + 1, 0
+        state.commit()
+
+state = hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0, batch=0)
+train(state)
+final_loss = float(loss_fn(y_train, model(x_train)))
+steps = int(optimizer.iterations.numpy())
+"""
+
+# Horovod's Keras elastic example on digits: KerasState, its three callbacks, the learning rate rescaled on reset.
+HVD_FIT_CELL = """
+import os
+import keras
+import horovod.tensorflow.keras as hvd
+
+hvd.init()
+keras.utils.set_random_seed(1)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+lr = 0.002
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(lr * hvd.size())),
+              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+rates = []  # the learning rate each run of train() started with
+
+def on_state_reset():
+    model.optimizer.learning_rate.assign(lr * hvd.size())
+
+class Kill(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if KILL and hvd.rank() == 1 and state.epoch == 3 and not os.path.exists(KILL):
+            open(KILL, "w").close()
+            os._exit(1)
+
+state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+state.register_reset_callbacks([on_state_reset])
+callbacks = [hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+             hvd.elastic.UpdateEpochStateCallback(state), Kill()]
+
+@hvd.elastic.run
+def train(state):
+    rates.append(round(float(model.optimizer.learning_rate.numpy()), 6))
+    shard = slice(hvd.rank(), None, hvd.size())
+    return model.fit(x_train[shard], y_train[shard], batch_size=32, callbacks=callbacks,
+                     epochs=EPOCHS - state.epoch, verbose=0)
+
+history = train(state)
+accuracy = model.evaluate(x_train, y_train, verbose=0)[1]
+steps = int(model.optimizer.iterations.numpy())
+"""
+
+
+def _steps_taken(path) -> list:
+    return [tuple(int(v) for v in line.split()) for line in path.read_text().splitlines()]
+
+
+def test_horovods_own_elastic_loop_resumes_at_the_committed_batch_on_the_survivors(session, digits, tmp_path):
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"], "EPOCHS": 3}
+    fixed_steps = tmp_path / "fixed.txt"
+    fixed = session.runner.run(
+        CellWork(HVD_LOOP_CELL, {**namespace, "KILL": "", "STEPS": str(fixed_steps)}, 2), RunOptions(n=2, manual=True)
+    )
+    assert _steps_taken(fixed_steps) == [(e, b, 2) for e in range(3) for b in range(21)]
+    kill, steps = tmp_path / "killed", tmp_path / "steps.txt"
+    namespace.update(KILL=str(kill), STEPS=str(steps))
+    result = session.runner.run(CellWork(HVD_LOOP_CELL, namespace, 2), RunOptions(n=(1, 2), manual=True))
+    assert kill.exists() and result.job.membership[1]["reason"].startswith("lost rank 1 on ")
+    assert result.job.state == "succeeded" and result.diverged is None
+    taken = _steps_taken(steps)
+    # Up to the commit after batch 3 of epoch 1, the fixed run's steps; then the survivor went on from that commit
+    # (batch 4) on its own, each batch once, nothing from the start again (a grow back to 2 later is another commit).
+    assert taken[: 21 + 4] == _steps_taken(fixed_steps)[: 21 + 4]
+    assert taken[21 + 4][:3] == (1, 4, 1), taken[21 + 4]
+    positions = [(epoch, batch) for epoch, batch, _ in taken]
+    assert positions == sorted(set(positions)) and positions[-1][0] == 2
+    # The optimizer's step count came back with the commit: one per step taken, in every group.
+    assert result.values["steps"] == len(taken)
+    # One rank alone takes twice the steps per epoch (the cell's own batching): it trains at least as far.
+    assert result.values["final_loss"] < 1.15 * fixed.values["final_loss"]
+
+
+def test_horovods_own_keras_elastic_state_and_callbacks_resume_from_the_commit(session, digits, tmp_path):
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"], "EPOCHS": 6}
+    fixed = session.runner.run(CellWork(HVD_FIT_CELL, {**namespace, "KILL": ""}, 2), RunOptions(n=2, manual=True))
+    assert len(fixed.values["history"].epoch) == 6 and fixed.values["rates"] == [0.004]
+    kill = tmp_path / "killed"
+    result = session.runner.run(
+        CellWork(HVD_FIT_CELL, {**namespace, "KILL": str(kill)}, 2), RunOptions(n=(1, 2), manual=True)
+    )
+    membership = result.job.membership
+    assert kill.exists() and membership[1]["reason"].startswith("lost rank 1 on ")
+    assert result.job.state == "succeeded" and result.diverged is None
+    # Rank 1 died after epoch 3's commits (Horovod's callbacks commit before the epoch count moves on, so the commit
+    # says epoch 2): the last group's fit trained only the epochs after it, not all 6 again.
+    history = result.values["history"]
+    assert 1 <= len(history.epoch) <= 6 - 2, history.epoch
+    # The reset callback rescaled the restored learning rate for the group's size (--manual: the cell's own rule).
+    assert result.values["rates"] == [round(0.002 * membership[-1]["n"], 6)]
+    assert result.values["steps"] > fixed.values["steps"] // 2  # the commit's step count, not a fresh optimizer's
+    assert abs(result.values["accuracy"] - fixed.values["accuracy"]) < 0.05
