@@ -355,3 +355,55 @@ def test_same_code_under_horovodrun_with_the_compat_import(tmp_path, single_proc
     )
     assert abs(data["loop_accuracy"] - single_process_accuracy) <= ACCURACY_TOLERANCE
     assert abs(data["fit_accuracy"] - single_process_accuracy) <= ACCURACY_TOLERANCE
+
+
+# Horovod's Keras elastic example (KerasState, its three callbacks, @hvd.elastic.run) under plain horovodrun: no
+# host ever changes, so it must train as a fixed job does and end with the state's epoch count moved on.
+ELASTIC_SCRIPT = DIGITS + textwrap.dedent("""
+    import json, sys
+    import jupyter_dl.horovod_compat  # noqa: F401
+    import keras
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    keras.utils.set_random_seed(hvd.rank())
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size())),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+    callbacks = [hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state)]
+
+    @hvd.elastic.run
+    def train(state):
+        shard = slice(hvd.rank(), None, hvd.size())
+        model.fit(x_train[shard], y_train[shard], batch_size=32, callbacks=callbacks, epochs=5 - state.epoch,
+                  verbose=0)
+
+    train(state)
+    with open(sys.argv[1] + f".{hvd.rank()}", "w") as out:
+        json.dump({"weights": [w.tolist() for w in model.get_weights()], "epoch": state.epoch,
+                   "accuracy": float(model.evaluate(x_test, y_test, verbose=0)[1])}, out)
+    """)
+
+
+def test_horovods_elastic_keras_state_under_horovodrun_with_the_compat_import(tmp_path):
+    """Before the compat's elastic part: "'list' object is not callable" (optimizer.variables() on Keras 3)."""
+    script = tmp_path / "train_elastic.py"
+    script.write_text(ELASTIC_SCRIPT)
+    horovodrun = Path(sys.executable).parent / "horovodrun"
+    proc = subprocess.run(
+        [str(horovodrun), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script), str(tmp_path / "r")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    ranks = [tmp_path / f"r.{rank}" for rank in (0, 1)]
+    assert proc.returncode == 0 and all(r.exists() for r in ranks), proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = [json.loads(r.read_text()) for r in ranks]
+    _assert_identical([[np.array(w) for w in d["weights"]] for d in data])  # seeded apart: the sync made them equal
+    assert [d["epoch"] for d in data] == [5, 5]
+    assert data[0]["accuracy"] > 0.85
