@@ -56,7 +56,7 @@ def install():
         module.broadcast_global_variables = broadcast_global_variables
         for cls in _callback_classes():
             setattr(callbacks, cls.__name__, cls)
-    horovod_keras3_elastic.install()
+    horovod_keras3_elastic.install(broadcast_variables)
     _installed = True
 
 

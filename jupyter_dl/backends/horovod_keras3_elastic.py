@@ -9,9 +9,14 @@ trainable variables first: every rank then broadcasts the same list, and a commi
 """
 
 
-def install():
+_broadcast_variables = None  # horovod_keras3's, given to install(): this module must not import it (a cycle)
+
+
+def install(broadcast_variables):
+    global _broadcast_variables
     import horovod.tensorflow.elastic as elastic
 
+    _broadcast_variables = broadcast_variables
     elastic._broadcast_model = _broadcast_model
     elastic.TensorFlowKerasState._save_model = _save_model
     elastic.TensorFlowKerasState._load_model = _load_model
@@ -28,9 +33,7 @@ def optimizer_variables(model, optimizer) -> list:
 
 
 def _broadcast_model(model, optimizer, backend=None):
-    from jupyter_dl.backends.horovod_keras3 import broadcast_variables
-
-    broadcast_variables(list(model.variables) + optimizer_variables(model, optimizer), root_rank=0)
+    _broadcast_variables(list(model.variables) + optimizer_variables(model, optimizer), root_rank=0)
 
 
 def _save_model(state):
