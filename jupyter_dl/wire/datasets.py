@@ -39,6 +39,9 @@ _RANDOM_OPS = {
     "AssignVariableOp",
     "StatefulPartitionedCall",
 }
+# Control flow is stateful when a branch or body is (keras.io SimSiam's `if tf.random.uniform([]) < p:` in a map,
+# an `If` under AutoGraph); those bodies are functions of the graph's library, checked with all the others.
+_CONTROL_FLOW_OPS = {"If", "While", "Case"}
 
 
 @dataclass
@@ -148,7 +151,7 @@ def _only_random_state(dataset, graph) -> bool:
         return False
     inside = {node.op for function in graph.library.function for node in function.node_def}
     stateful = {op for op in inside if getattr(op_def_registry.get(op), "is_stateful", True)}
-    return stateful <= _RANDOM_OPS and "ReadVariableOp" not in {node.op for node in graph.node}
+    return stateful <= _RANDOM_OPS | _CONTROL_FLOW_OPS and "ReadVariableOp" not in {node.op for node in graph.node}
 
 
 def _python_step(graph) -> str | None:

@@ -238,6 +238,32 @@ def test_a_pipeline_holding_a_variable_is_refused_before_it_travels():
         prepare(CellWork("model.fit(ds)", {"ds": ds}))
 
 
+def test_a_pipeline_that_draws_whether_to_augment_travels_but_not_a_variable_in_a_branch():
+    """keras.io SimSiam's `random_apply`: `if tf.random.uniform([]) < p:` in a map becomes a stateful `If` whose
+    branches hold only random ops, and travels; a notebook variable read inside such a branch is still refused."""
+    from jupyter_dl.errors import ShipError
+    from jupyter_dl.kernel.job.work import CellWork, prepare
+
+    def random_apply(x):
+        if tf.random.uniform([], minval=0, maxval=1) < 0.5:
+            return tf.image.random_flip_left_right(x)
+        return x
+
+    images = tf.data.Dataset.from_tensor_slices(np.zeros((4, 8, 8, 3), "float32"))
+    shipment = prepare(CellWork("model.fit(ds)", {"ds": images.map(random_apply).batch(2)}))
+    values, problems = payload.unpack({"ds": shipment.values["ds"][1]})
+    assert problems == {} and next(iter(values["ds"])).shape == (2, 8, 8, 3)
+    scale = tf.Variable(2.0)
+
+    def random_scale(x):
+        if tf.random.uniform([]) < 0.5:
+            return x * scale
+        return x
+
+    with pytest.raises(ShipError, match="holds state of this process"):
+        prepare(CellWork("model.fit(ds)", {"ds": images.map(random_scale)}))
+
+
 def test_callback_files_are_skipped_off_rank_0_but_buffers_are_written(tmp_path):
     """Off rank 0 inside fit, np.save to a path is skipped; np.save into a buffer (read back by the callback)
     still writes."""
