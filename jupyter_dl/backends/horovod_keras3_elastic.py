@@ -8,7 +8,6 @@ made before that, and a rank new to the job syncs before it took a step, so the 
 trainable variables first: every rank then broadcasts the same list, and a commit restores into all of it.
 """
 
-
 _broadcast_variables = None  # horovod_keras3's, given to install(): this module must not import it (a cycle)
 
 

@@ -384,7 +384,7 @@ def install():
             _names_by_id.get() is not None
             and "_jdl_made_with" in self.__dict__
             and (
-                not _keras_rebuilds_it(self)
+                not _keras_rebuilds_it(self) or _built_without_shapes(self)
                 if python_utils.is_default(self.get_config)
                 else not _own_config_replays(self)
             )
@@ -453,6 +453,8 @@ def _patch_build_from_config(model_class):
     original = model_class.build_from_config
 
     def build_from_config(self, config):
+        if _resolver.get() is not None and config == {"input_shape": None}:
+            return  # built without shapes where it was sent: its record built its parts (_built_without_shapes)
         original(self, config)
         if (
             _resolver.get() is not None
@@ -470,14 +472,16 @@ def _patch_losses_and_metrics():
     """Losses and metrics are no Operations, and Keras rebuilds them with `cls(**get_config())`, which only has
     `name` and `reduction`/`dtype`: a notebook's `ScaledLoss(scale)` or `Threshold(0.5)` without its own get_config
     could not be rebuilt. They travel by their construction record too, and so do regularizers, constraints and
-    initializers, whose base get_config raises or returns {} (PointNet's `OrthogonalRegularizer(num_features)`)."""
+    initializers, whose base get_config raises or returns {} (PointNet's `OrthogonalRegularizer(num_features)`), and
+    learning-rate schedules (the Transformer tutorial's `CustomSchedule(d_model)` in a notebook's optimizer)."""
     from keras.src.constraints.constraints import Constraint
     from keras.src.initializers.initializer import Initializer
     from keras.src.losses.loss import Loss
     from keras.src.metrics.metric import Metric
+    from keras.src.optimizers.schedules.learning_rate_schedule import LearningRateSchedule
     from keras.src.regularizers.regularizers import Regularizer
 
-    for base in (Loss, Metric, Regularizer, Constraint, Initializer):
+    for base in (Loss, Metric, Regularizer, Constraint, Initializer, LearningRateSchedule):
         original_new = base.__new__
 
         def __new__(cls, *args, _original_new=original_new, **kwargs):
@@ -515,6 +519,17 @@ def _keras_rebuilds_it(obj) -> bool:
         return True  # its own from_config reads Keras' automatic config
     spec = inspect.getfullargspec(cls.__init__)
     return spec.varkw is not None
+
+
+def _built_without_shapes(obj) -> bool:
+    """A model Keras built without noting its input shape: the `call` it read when the object was made was Model's
+    own `call(*args, **kwargs)` (the time-series tutorial sets `FeedBack.call` on the class after making
+    `feedback_model`). Keras' loader cannot build it again ("Undefined shapes are not supported"); its record can,
+    part by part, as the parts were built here (Record.built_parts)."""
+    try:
+        return bool(getattr(obj, "built", False)) and obj.get_build_config() == {"input_shape": None}
+    except Exception:  # a get_build_config of the user's own that fails: as Keras would save it
+        return False
 
 
 def _own_config_replays(obj) -> bool:

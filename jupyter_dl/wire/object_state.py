@@ -113,7 +113,7 @@ def restore(existing, state) -> None:
         tf_checkpoints.set_manager_state(existing, state["manager"])
         return
     if "plain" in state:
-        plain = _histories_again(state["plain"])
+        plain = _histories_again(state["plain"], existing)
         if isinstance(existing, list):
             existing[:] = plain
         else:  # a dict or a set
@@ -136,18 +136,26 @@ class HistoryRecord(NamedTuple):
     epoch: list
 
 
-def _histories_again(value):
-    """`value` with each HistoryRecord in it made a keras History again."""
+def _histories_again(value, own=None):
+    """`value` with each HistoryRecord in it made a keras History again; where `own` (what it replaces, item by
+    item) holds a History the record describes, that History itself: a dict entry the cell left alone
+    (`regularizer_histories["Tiny"] = size_histories["Tiny"]` in an earlier cell) stays the same object."""
     if isinstance(value, HistoryRecord):
+        if is_history(own) and _equal(_plain_copy(own), value):
+            return own
         import keras
 
         history = keras.callbacks.History()
         history.history, history.params, history.epoch = value.history, value.params, value.epoch
         return history
-    if type(value) in (list, tuple, set):
-        return type(value)(_histories_again(v) for v in value)
+    if type(value) in (list, tuple):
+        owns = list(own) if type(own) is type(value) and len(own) == len(value) else [None] * len(value)
+        return type(value)(_histories_again(v, o) for v, o in zip(value, owns))
+    if type(value) is set:
+        return {_histories_again(v) for v in value}
     if type(value) is dict:
-        return {k: _histories_again(v) for k, v in value.items()}
+        owns = own if type(own) is dict else {}
+        return {k: _histories_again(v, owns.get(k)) for k, v in value.items()}
     return value
 
 
