@@ -9,7 +9,7 @@ right. Where the objects do not fit (another architecture, a recompiled model), 
 import contextlib
 from dataclasses import dataclass
 
-from jupyter_dl.wire import keras_objects
+from jupyter_dl.wire import construction, keras_objects
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,65 @@ def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     _build_as(existing, arrived)
     if not keras_objects.same_shapes(existing.variables, arrived.variables):
         return False
-    if not _same_compile(existing, arrived):
-        return False  # the cell compiled the model again: its optimizer and loss are the arrived ones
-    optimizers = {"optimizer": getattr(existing, "optimizer", None), **keras_objects.other_optimizers(existing)}
-    before = {attribute: keras_objects.optimizer_state(o) for attribute, o in optimizers.items() if o is not None}
-    if not keras_objects.restore_optimizers(existing, payload):
-        for attribute, state in before.items():  # as they were: the arrived copy is bound instead
-            if state is not None:
-                keras_objects.restore_optimizer(optimizers[attribute], state, None)
+    flags = keras_objects.trainable_flags(existing)
+    keras_objects.set_trainable_flags(existing, keras_objects.trainable_flags(arrived))  # as the cell left them
+    if _same_compile(existing, arrived) and _took_optimizer_states(existing, payload):
+        updated = True
+    else:  # compiled in the cell, or compiled alike over other variables (a base model unfrozen above the compile)
+        updated = _compiled_again(existing, arrived)
+    if not updated:
+        keras_objects.set_trainable_flags(existing, flags)  # as they were: the arrived copy is bound instead
         return False
     for mine, theirs in zip(existing.variables, arrived.variables):
         mine.assign(theirs)
     return True
+
+
+def _took_optimizer_states(existing, payload) -> bool:
+    """Put the optimizer states that came back into the model's own optimizers; False, changing nothing, when one
+    does not fit."""
+    optimizers = {"optimizer": getattr(existing, "optimizer", None), **keras_objects.other_optimizers(existing)}
+    before = {attribute: keras_objects.optimizer_state(o) for attribute, o in optimizers.items() if o is not None}
+    if keras_objects.restore_optimizers(existing, payload):
+        return True
+    for attribute, state in before.items():
+        if state is not None:
+            keras_objects.restore_optimizer(optimizers[attribute], state, None)
+    return False
+
+
+def _compiled_again(existing, arrived) -> bool:
+    """The cell compiled the model (`model.compile(...)` above its `fit`, keras.io's transfer learning and most
+    notebooks). In one process that compiles the notebook's own model, whose layers other names still reach (the
+    `base_model` a later cell unfreezes for fine-tuning, the `encoder` of an autoencoder), so the notebook's model is
+    compiled as the copy was, with the copy's optimizer (and its state), moved over to the notebook's variables (it
+    was built for the copy's, which pair up with them in order); the caller copies the trained values. A model with a
+    compile of its own (a GAN's, holding its optimizers as attributes) cannot be compiled again here: the copy is
+    bound instead, as for a model the cell rebuilt."""
+    import keras
+
+    config = getattr(getattr(arrived, "_compile_config", None), "config", None)
+    optimizer = getattr(arrived, "optimizer", None)
+    if type(existing).compile is not keras.Model.compile or not isinstance(config, dict) or optimizer is None:
+        return False
+    positions = keras_objects.optimizer_positions(optimizer, arrived)
+    if optimizer.built and positions is None:
+        return False
+    if not keras_objects.same_shapes(existing.trainable_variables, arrived.trainable_variables):
+        return False
+    existing.compile(**{**config, "optimizer": optimizer})
+    if optimizer.built:
+        _train_instead(optimizer, [existing.trainable_variables[i] for i in positions])
+    return True
+
+
+def _train_instead(optimizer, variables):
+    """Point a built optimizer (and the one a LossScaleOptimizer wraps) at `variables`, which pair up one to one
+    with those it was built for: its slots are kept by position, and found by each variable's key."""
+    for each in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        if each is not None and each.built:
+            each._trainable_variables = list(variables)
+            each._trainable_variables_indices = {each._var_key(v): i for i, v in enumerate(variables)}
 
 
 def update_each(existing, arrived) -> bool:
@@ -125,7 +172,10 @@ def _same_compile(existing, arrived) -> bool:
     config = getattr(existing, "get_compile_config", None)
     if config is None:
         return True  # a layer, not a model
-    return _without_learning_rate(config()) == _without_learning_rate(arrived.get_compile_config())
+    # As on the wire: a notebook object without get_config (the Transformer tutorial's `CustomSchedule` in its Adam)
+    # is configured by its construction record, where Keras' own get_config would raise.
+    with construction.serialising():
+        return _without_learning_rate(config()) == _without_learning_rate(arrived.get_compile_config())
 
 
 def _without_learning_rate(config):

@@ -55,6 +55,10 @@ class KerasPayload:
     # The History its last fit left on it (`model.history`: per-epoch logs, params, epochs), which Keras' archive
     # leaves out: a cell that only calls `model.fit(...)` reads `model.history.history` afterwards.
     history: tuple | None = None
+    # Which of its layers train, outer ones first (layers._flatten_layers order): Keras' archive rebuilds a
+    # Sequential that was frozen whole (`base_model.trainable = False`) as trainable around frozen layers, and then
+    # `base_model.trainable = True` changes nothing (Keras skips setting a flag to the value it has).
+    trainable_flags: list | None = None
     # A compiled model's metrics' running totals (`model.metrics`: its loss tracker, compile metrics, the trackers
     # a custom train_step updates), metric by metric: Keras' archive rebuilds them empty, and they are not among
     # the model's variables.
@@ -97,16 +101,38 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
         type(value).__name__,
         _optimizer_state(value),
         policy,
-        optimizer_indices=_built_over(getattr(value, "optimizer", None), value),
+        optimizer_indices=optimizer_positions(getattr(value, "optimizer", None), value),
         other_optimizers={
-            attribute: (optimizer_state(optimizer), _built_over(optimizer, value))
+            attribute: (optimizer_state(optimizer), optimizer_positions(optimizer, value))
             for attribute, optimizer in other_optimizers(value).items()
         },
         refs=set(referenced),
         metric_state=[v.numpy() for v in value.variables] if _is_metric(value) else None,
         history=_history_of(value),
         metrics_state=_metrics_state(value),
+        trainable_flags=trainable_flags(value),
     )
+
+
+def trainable_flags(value) -> list | None:
+    """Each layer's `trainable`, the object itself first, then its layers outer to inner; None for what has none."""
+    if not hasattr(value, "_flatten_layers"):
+        return None
+    return [layer.trainable for layer in value._flatten_layers(include_self=True, recursive=True)]
+
+
+def set_trainable_flags(value, flags) -> bool:
+    """Set what trainable_flags() read, in its order: a layer's flag sets its sublayers', which their own then
+    override. False, changing nothing, when the layers do not pair up."""
+    if flags is None or not hasattr(value, "_flatten_layers"):
+        return False
+    layers = value._flatten_layers(include_self=True, recursive=True)
+    if len(layers) != len(flags):
+        return False
+    for layer, flag in zip(layers, flags):
+        if layer.trainable != flag:
+            layer.trainable = flag
+    return True
 
 
 @dataclass
@@ -237,7 +263,7 @@ def other_optimizers(value) -> dict:
     return found
 
 
-def _built_over(optimizer, model):
+def optimizer_positions(optimizer, model):
     """Positions in model.trainable_variables of the variables `optimizer` was built for; None when unknown."""
     if optimizer is None or not getattr(optimizer, "built", False):
         return None
@@ -340,6 +366,7 @@ def loads(payload: KerasPayload, receivers_own: dict | None = None, resolve=None
             value = lent.value = cloudpickle.loads(payload.blob)
     finally:
         keras.config.set_dtype_policy(previous_policy)
+    set_trainable_flags(value, payload.trainable_flags)  # first: the optimizers' variables are counted by them
     restore_optimizers(value, payload)
     if payload.metric_state is not None:
         assign_if_same_shapes(value.variables, payload.metric_state)
@@ -389,6 +416,9 @@ def _classes_in(value):
         part = getattr(value, attribute, None)
         if part is not None and not isinstance(part, (str, list, dict)):
             parts.append(part)
+    # A notebook learning-rate schedule in an optimizer (the Transformer tutorial's `CustomSchedule`): the
+    # optimizer's config names its class only by name, which the sender's namespace may not hold (an engine's).
+    parts.extend(_schedule_of(part) for part in list(parts) if is_optimizer(part))
     classes = set()
     for part in parts:
         if isinstance(part, (type, types.FunctionType)):
@@ -396,6 +426,11 @@ def _classes_in(value):
         elif not isinstance(part, (str, int, float, bool, type(None))):
             classes.update(type(part).__mro__)
     return classes
+
+
+def _schedule_of(optimizer):
+    """The learning rate an optimizer was given (a schedule, a callable, a number), through a LossScaleOptimizer."""
+    return getattr(getattr(optimizer, "inner_optimizer", optimizer), "_learning_rate", None)
 
 
 def _names_in_config(value):

@@ -76,14 +76,23 @@ def test_a_model_trained_in_place_updates_the_receiver_s_objects():
     np.testing.assert_allclose(model.get_weights()[0], remote.get_weights()[0])
 
 
-def test_a_rebound_name_or_a_recompiled_model_is_replaced_not_updated():
+def test_a_recompiled_model_is_compiled_again_in_place_and_a_rebound_name_is_replaced():
+    """`model.compile(SGD)` above the cell's fit compiles the notebook's own model, as in one process: same object,
+    the cell's optimizer with its state, moved over to the notebook's variables (it goes on training them)."""
     model = _dense_model()
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     remote = _travel(["model"], {"model": model})["model"]
     remote.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
     remote.fit(X, Y, epochs=1, verbose=0)
     back = _travel(["model"], {"model": remote}, {"model": model}, in_place={"model"})
-    assert back["model"] is not model and type(back["model"].optimizer).__name__ == "SGD"
+    assert back["model"] is model and type(model.optimizer).__name__ == "SGD"
+    steps = int(remote.optimizer.iterations.numpy())
+    assert int(model.optimizer.iterations.numpy()) == steps > 0
+    for mine, theirs in zip(model.get_weights(), remote.get_weights()):
+        np.testing.assert_array_equal(mine, theirs)
+    model.fit(X, Y, epochs=1, verbose=0)  # the optimizer trains the notebook's variables now
+    assert int(model.optimizer.iterations.numpy()) == 2 * steps
+    assert not np.array_equal(model.get_weights()[0], remote.get_weights()[0])
     back = _travel(["model"], {"model": remote}, {"model": model})  # not in place: the cell bound `model`
     assert back["model"] is not model
 

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 from notebook_cells import cell as _cell
+from notebook_cells import close
 
 BACKENDS = ["horovod", "tf"]
 
@@ -314,6 +315,81 @@ def test_transfer_learning_trains_the_head_then_fine_tunes_the_base(shell):
     assert not np.array_equal(kernel, ns["frozen"][0]), "fine-tuning did not reach the base model"
     loss, accuracy = ns["model"].evaluate(ns["images"], ns["labels"], verbose=0)
     assert math.isfinite(loss) and 0 <= accuracy <= 1
+
+
+# keras.io's "Transfer learning & fine-tuning" as it lays out its cells: the model is compiled in the cell that fits
+# it, and the fine-tuning cell unfreezes `base_model` by its own name before compiling and fitting again.
+TRANSFER_UNCOMPILED = "\n".join(line for line in TRANSFER.splitlines() if not line.startswith("model.compile("))
+TRANSFER_FIT = """
+model.compile(optimizer=keras.optimizers.Adam(), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+              metrics=[keras.metrics.BinaryAccuracy()])
+model.fit(images, labels, epochs=2, batch_size=32, verbose=0)
+"""
+TRANSFER_FINE_TUNE = """
+base_model.trainable = True
+model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+              metrics=[keras.metrics.BinaryAccuracy()])
+model.fit(images, labels, epochs=1, batch_size=32, verbose=0)
+tuned = float(np.abs(base_model.layers[0].kernel.numpy() - frozen[0]).max())
+"""
+
+
+def test_keras_io_transfer_learning_compiling_in_its_fit_cells_fine_tunes_the_base(shell):
+    """Before: the first fit's compile made the model come back as a copy, so the notebook's `base_model` was no
+    longer inside it, and the fine-tuning cell's `base_model.trainable = True` left the model's base frozen (0.0)."""
+    assert TRANSFER_UNCOMPILED != TRANSFER
+    _cell(shell, TRANSFER_UNCOMPILED)
+    _cell(shell, TRANSFER_FIT)
+    one = _cell(shell, TRANSFER_FINE_TUNE)["tuned"]
+    ns = _cell(shell, TRANSFER_UNCOMPILED)
+    model, base = ns["model"], ns["base_model"]
+    _cell(shell, TRANSFER_FIT, distribute=True)
+    assert ns["model"] is model and model.layers[1] is base and not base.trainable
+    for before, weight in zip(ns["frozen"], base.weights):  # frozen in the first fit
+        np.testing.assert_array_equal(before, weight.numpy(), err_msg=weight.path)
+    assert int(model.optimizer.iterations.numpy()) == 4  # the cell's optimizer, with its steps
+    _cell(shell, TRANSFER_FINE_TUNE, distribute=True)
+    assert ns["model"] is model and model.layers[1] is base and base.trainable
+    assert int(model.optimizer.iterations.numpy()) == 2  # the fine-tuning compile's fresh optimizer
+    close(ns["tuned"], one, 3, "how far fine-tuning moved the base's kernel")
+
+
+# An autoencoder over the notebook's `encoder` and `decoder`, compiled and trained in one distributed cell; a later
+# cell encodes with `encoder` itself.
+AUTOENCODER = """
+import numpy as np
+import keras
+
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
+encoder = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)], name="encoder")
+decoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)], name="decoder")
+autoencoder = keras.Sequential([encoder, decoder])
+untrained = encoder.get_weights()[0].copy()
+"""
+AUTOENCODER_FIT = """
+autoencoder.compile("adam", "mse")
+autoencoder.fit(x, x, epochs=3, batch_size=32, verbose=0)
+"""
+AUTOENCODER_USE = """
+codes = encoder.predict(x, verbose=0)
+error = float(np.mean((decoder.predict(codes, verbose=0) - x) ** 2))
+"""
+
+
+def test_a_model_compiled_in_its_fit_cell_stays_the_notebook_s_so_its_parts_hold_the_training(shell):
+    """Before: `encoder` kept its untrained weights (the trained autoencoder came back as a copy)."""
+    _cell(shell, AUTOENCODER)
+    _cell(shell, AUTOENCODER_FIT)
+    one = _cell(shell, AUTOENCODER_USE)["error"]
+    ns = _cell(shell, AUTOENCODER)
+    autoencoder, encoder = ns["autoencoder"], ns["encoder"]
+    _cell(shell, AUTOENCODER_FIT, distribute=True)
+    assert ns["autoencoder"] is autoencoder and autoencoder.layers[0] is encoder
+    assert not np.array_equal(encoder.get_weights()[0], ns["untrained"])
+    assert int(autoencoder.optimizer.iterations.numpy()) == 3 * 256 // 64  # 2 ranks x 32 a step
+    ns = _cell(shell, AUTOENCODER_USE)
+    close(ns["error"], one, 1.5, "reconstruction error through the notebook's encoder and decoder")
 
 
 MULTI_IO = """
