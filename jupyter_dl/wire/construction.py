@@ -347,6 +347,7 @@ def install():
     operation = operation_module.Operation
     if getattr(operation, "_jdl_patched", False):
         return
+    from keras.src.layers.layer import Layer
     from keras.src.models.model import Model
     from keras.src.trainers.trainer import Trainer
     from keras.src.utils import python_utils
@@ -402,6 +403,7 @@ def install():
     _patch_serialization()
     _patch_losses_and_metrics()
     _patch_build_from_config(Model)
+    _patch_layer_build_from_config(Layer)
     original_compile_from_config = Trainer.compile_from_config
 
     def compile_from_config(self, config):
@@ -456,16 +458,35 @@ def _patch_build_from_config(model_class):
         if _resolver.get() is not None and config == {"input_shape": None}:
             return  # built without shapes where it was sent: its record built its parts (_built_without_shapes)
         original(self, config)
-        if (
-            _resolver.get() is not None
-            and is_foreign(type(self))
-            and (config or {}).get("input_shape") is not None
-            and not all(layer.built for layer in self._flatten_layers(include_self=False))
-        ):
-            with contextlib.suppress(Exception):  # a call() that cannot run symbolically: as Keras left it
-                self._build_by_run_for_single_pos_arg(config["input_shape"])
+        if _resolver.get() is not None:
+            build_parts_by_a_call(self, config)
 
     model_class.build_from_config = build_from_config
+
+
+def _patch_layer_build_from_config(layer_class):
+    """Likewise a layer whose build() makes sub-layers without building them (keras.io's MAE `PatchEncoder` makes
+    its projection and position embedding there): Keras' loader would find no variables to load theirs into."""
+    original = layer_class.build_from_config
+
+    def build_from_config(self, config):
+        original(self, config)
+        if _resolver.get() is not None:
+            build_parts_by_a_call(self, config)
+
+    layer_class.build_from_config = build_from_config
+
+
+def build_parts_by_a_call(obj, config):
+    """Call a foreign model or layer once, symbolically, on its build shape when its build left sub-layers
+    unbuilt, so that they make their variables as the first call in fit did."""
+    if (
+        is_foreign(type(obj))
+        and (config or {}).get("input_shape") is not None
+        and not all(layer.built for layer in obj._flatten_layers(include_self=False))
+    ):
+        with contextlib.suppress(Exception):  # a call() that cannot run symbolically: as Keras left it
+            obj._build_by_run_for_single_pos_arg(config["input_shape"])
 
 
 def _patch_losses_and_metrics():

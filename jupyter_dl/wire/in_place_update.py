@@ -154,11 +154,18 @@ def _build_as(existing, arrived):
     """A model the notebook compiled but never called (a subclass, or a Sequential without an Input) makes its
     variables on its first batch, which ran on the ranks. Built here for the input the arrived copy was built for,
     it can take the training, so the notebook's own object and optimizer hold it, as in one process."""
+    if not getattr(existing, "built", True) and not getattr(arrived, "built", False):
+        # Never called itself, as a model trained only through its own train_step (keras.io's MAE): its parts were.
+        for mine, theirs in zip(_parts(existing), _parts(arrived)):
+            if type(mine) is type(theirs):
+                _build_as(mine, theirs)
+        return
     if getattr(existing, "built", True) or not getattr(arrived, "built", False):
         return
     config = arrived.get_build_config()
     if config:
         existing.build_from_config(config)
+        construction.build_parts_by_a_call(existing, config)  # a build() that makes sub-layers (MAE's PatchEncoder)
     # Keras' default build() ran the call but left `built` unset (a model with add_weight in __init__): saving it
     # would warn that it was never built, where one process's fit had built it. A build() of the model's own that
     # cannot run from shapes is left as it was.
@@ -166,6 +173,12 @@ def _build_as(existing, arrived):
         shapes = config.get("shapes_dict") or {"input_shape": config.get("input_shape")}
         with contextlib.suppress(Exception):
             existing.build(**shapes)
+
+
+def _parts(layer) -> list:
+    """A layer's or model's own sub-layers, in the order it made them."""
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=False, recursive=False)) if callable(flatten) else []
 
 
 def _same_compile(existing, arrived) -> bool:
