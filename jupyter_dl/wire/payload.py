@@ -8,6 +8,7 @@ re-attached on arrival.
 
 import builtins
 import contextlib
+import copy
 import dis
 import hashlib
 import types
@@ -272,7 +273,45 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         value = tf_checkpoints.dumps(value, namespace or {}, known or {})
     elif isinstance(value, type) and value.__module__ == "__main__":  # its methods may name the receiver's objects
         return keras_objects.dumps_code(value, known or {})
+    elif _is_callback(value) or _holds(value, _is_callback):  # `callbacks = [EarlyStopping(...), monitor]` too
+        # Its class's methods may name the notebook's objects (a GAN monitor's `test_horses` dataset): references.
+        travelling = _each_callback(value, lambda v: _callback_naming_its_model(v, known or {}))
+        return keras_objects.dumps_code(travelling, {i: n for i, n in (known or {}).items() if i != id(value)})
     return cloudpickle.dumps(value)
+
+
+def _each_callback(value, change):
+    if _is_callback(value):
+        return change(value)
+    return _each(value, lambda v: change(v) if _is_callback(v) else v)
+
+
+def _is_callback(value) -> bool:
+    return any(c.__name__ == "Callback" and c.__module__.startswith("keras") for c in type(value).__mro__)
+
+
+def _callback_naming_its_model(callback, known: dict):
+    """A callback fit gave its model: the model travels on its own, and the callback names it (the receiver's
+    object of that name, or none: fit sets it again). Pickled inside the callback it would be a second copy, and
+    perhaps one Keras cannot save unbuilt (keras.io CycleGAN's CycleGan is never called itself)."""
+    model = getattr(callback, "_model", None)
+    if model is None:
+        return callback
+    travelling = copy.copy(callback)
+    name = known.get(id(model))
+    travelling._model = keras_objects.ReceiversOwn(name) if name else None
+    return travelling
+
+
+def _bind_callback_models(value, resolve) -> None:
+    """The callbacks in `value` get the receiver's model they name (see _callback_naming_its_model)."""
+    for callback in value if type(value) in (list, tuple) else value.values() if type(value) is dict else [value]:
+        named = getattr(callback, "_model", None) if _is_callback(callback) else None
+        if isinstance(named, keras_objects.ReceiversOwn):
+            try:
+                callback._model = resolve(named.name)
+            except KeyError:
+                callback._model = None
 
 
 @dataclass
@@ -496,6 +535,7 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
     # Objects the notebook's methods name, sent as references (keras_objects.dumps_code): the receiver's own.
     for value in list(values.values()):
         keras_objects.bind_globals(notebook_functions(value), resolve)
+        _bind_callback_models(value, resolve)
     return values, problems
 
 
