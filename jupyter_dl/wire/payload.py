@@ -275,7 +275,9 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
         return keras_objects.dumps_code(value, known or {})
     elif _is_callback(value) or _holds(value, _is_callback):  # `callbacks = [EarlyStopping(...), monitor]` too
         # Its class's methods may name the notebook's objects (a GAN monitor's `test_horses` dataset): references.
-        travelling = _each_callback(value, lambda v: _callback_naming_its_model(v, known or {}))
+        travelling = _each_callback(
+            value, lambda v: v if id(v) in (known or {}) else _callback_naming_its_model(v, known or {})
+        )
         return keras_objects.dumps_code(travelling, {i: n for i, n in (known or {}).items() if i != id(value)})
     return cloudpickle.dumps(value)
 
@@ -303,15 +305,26 @@ def _callback_naming_its_model(callback, known: dict):
     return travelling
 
 
-def _bind_callback_models(value, resolve) -> None:
-    """The callbacks in `value` get the receiver's model they name (see _callback_naming_its_model)."""
-    for callback in value if type(value) in (list, tuple) else value.values() if type(value) is dict else [value]:
-        named = getattr(callback, "_model", None) if _is_callback(callback) else None
-        if isinstance(named, keras_objects.ReceiversOwn):
+def _with_callbacks_bound(value, resolve):
+    """`value` with the references its callbacks travelled with made the receiver's objects again: each callback's
+    model (see _callback_naming_its_model), and in a list of callbacks, the items the receiver has by name
+    (`callbacks = [early_stopping, monitor]` over the notebook's `early_stopping`)."""
+
+    def own(item):
+        if isinstance(item, keras_objects.ReceiversOwn):
             try:
-                callback._model = resolve(named.name)
+                return resolve(item.name)
             except KeyError:
-                callback._model = None
+                return None
+        return item
+
+    if not (_is_callback(value) or _holds(value, _is_callback)):
+        return value
+    value = own(value) if _is_callback(value) else _each(value, own)
+    for callback in [value] if _is_callback(value) else value.values() if type(value) is dict else value:
+        if _is_callback(callback) and isinstance(getattr(callback, "_model", None), keras_objects.ReceiversOwn):
+            callback._model = own(callback._model)
+    return value
 
 
 @dataclass
@@ -533,9 +546,9 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
                     del values[name]
                     problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
     # Objects the notebook's methods name, sent as references (keras_objects.dumps_code): the receiver's own.
-    for value in list(values.values()):
+    for name, value in list(values.items()):
         keras_objects.bind_globals(notebook_functions(value), resolve)
-        _bind_callback_models(value, resolve)
+        values[name] = _with_callbacks_bound(value, resolve)
     return values, problems
 
 

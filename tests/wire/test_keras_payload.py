@@ -289,3 +289,23 @@ def test_callback_files_are_skipped_off_rank_0_but_buffers_are_written(tmp_path)
     (_, _, writing) = next(p for p in file_writes.patches(lambda: False) if p[1] == "save" and p[0] is np)
     writing(str(tmp_path / "b.npy"), np.arange(3))
     assert (tmp_path / "b.npy").exists()
+
+
+def test_callbacks_come_back_naming_their_model_and_the_receiver_s_own_callbacks():
+    """A callback fit gave its model comes back naming the receiver's model, not with a copy of it, and so does
+    each callback of a list made in the cell (none is left holding a reference placeholder)."""
+    model = _dense_model()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    early = keras.callbacks.EarlyStopping(patience=2)
+    monitor = keras.callbacks.LambdaCallback()
+    model.fit(X, Y, epochs=1, verbose=0, callbacks=[early, monitor])
+    callbacks = [early, monitor]
+    namespace = {"model": model, "early": early, "monitor": monitor, "callbacks": callbacks}
+    receiver = {"model": model, "early": early}
+    packed = payload.pack(["monitor", "callbacks"], namespace, also_known=["model", "early"])
+    values, problems = payload.unpack(packed, receiver)
+    assert problems == {}
+    assert values["monitor"].model is model and values["monitor"] is not monitor
+    back_early, back_monitor = values["callbacks"]
+    assert isinstance(back_early, keras.callbacks.EarlyStopping) and back_early.patience == 2
+    assert back_early.model is model and back_monitor.model is model
