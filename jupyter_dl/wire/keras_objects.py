@@ -57,7 +57,7 @@ class KerasPayload:
     history: tuple | None = None
     # Which of its layers train, outer ones first (layers._flatten_layers order): Keras' archive rebuilds a
     # Sequential that was frozen whole (`base_model.trainable = False`) as trainable around frozen layers, and then
-    # `base_model.trainable = True` changes nothing (Keras skips setting a flag to the value it has).
+    # `base_model.trainable = True`, the value the outer layer already has, did not reach its layers.
     trainable_flags: list | None = None
     # A compiled model's metrics' running totals (`model.metrics`: its loss tracker, compile metrics, the trackers
     # a custom train_step updates), metric by metric: Keras' archive rebuilds them empty, and they are not among
