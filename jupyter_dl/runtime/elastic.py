@@ -141,7 +141,7 @@ _running: dict = {}  # the elastic job this rank runs now: job_id, board, loops 
 @contextlib.contextmanager
 def running(job_id, board_url):
     """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs()."""
-    _running.update(job_id=job_id, board=board_url, loops=0)
+    _running.update(job_id=job_id, board=board_url)
     try:
         yield
     finally:
@@ -158,11 +158,10 @@ def elastic_epochs(count, *objects):
     if not _running:
         yield from range(count)
         return
-    job_id, board, index = _running["job_id"], _running["board"], _running["loops"]
-    _running["loops"] += 1
+    board, index = _running["board"], next_index("loop")
     rank = backend().rank_and_size()[0]
     variables = _variables_of(objects)
-    commit = _COMMITS.get(job_id, {}).get(f"loop-{index}") if rank == 0 else None
+    commit = kept(f"loop-{index}") if rank == 0 else None
     start = backend().broadcast_object(commit["epoch"] + 1 if commit else 0, name=f"jdl.elastic.loop.{index}")
     if start:
         if rank == 0:
@@ -170,18 +169,12 @@ def elastic_epochs(count, *objects):
         backend().broadcast_from_root(variables)
     for epoch in range(start, count):
         yield epoch
-        _COMMIT_COUNTS[job_id] = _COMMIT_COUNTS.get(job_id, 0) + 1
-        _COMMITS.setdefault(job_id, {})[f"loop-{index}"] = {
-            "epoch": epoch,
-            "values": [np.array(v.numpy()) for v in variables],
-        }
+        keep(f"loop-{index}", {"epoch": epoch, "values": [np.array(v.numpy()) for v in variables]})
         if epoch + 1 < count:
-            reason = change_requested(board, rank, f"loop.{index}.{epoch}")
-            if reason:
-                raise MembershipChange(reason, f"after epoch {epoch + 1}")
+            leave_if_asked(board, rank, f"loop.{index}.{epoch}", f"after epoch {epoch + 1}")
 
 
-# ------------------------------------------------------------------- other commit points (Horovod's elastic states)
+# ------------------------------- the running job's commits by key (elastic_epochs' loops, Horovod's elastic states)
 def running_job() -> tuple | None:
     """(job id, board URL) of the elastic job this rank runs now, or None."""
     return (_running["job_id"], _running["board"]) if _running else None
@@ -208,9 +201,9 @@ def kept(key: str):
     return _COMMITS.get(_running["job_id"], {}).get(key) if _running else None
 
 
-def leave_if_asked(point: str, where: str):
-    """A commit point: every rank leaves here together when the kernel asks for a change."""
-    reason = change_requested(_running["board"], backend().rank_and_size()[0], point)
+def leave_if_asked(board_url, rank, point, where: str):
+    """A commit point: every rank leaves here together (MembershipChange) when the kernel asks for a change."""
+    reason = change_requested(board_url, rank, point)
     if reason:
         raise MembershipChange(reason, where)
 
@@ -269,8 +262,6 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             commits.save(model, epoch, self.history)
             commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
             if epoch + 1 < epochs and not self.model.stop_training:  # (EarlyStopping ends the fit here anyway)
-                reason = change_requested(board_url, rank, epoch)
-                if reason:
-                    raise MembershipChange(reason, f"after epoch {epoch + 1}")
+                leave_if_asked(board_url, rank, epoch, f"after epoch {epoch + 1}")
 
     return ElasticCommit()

@@ -73,8 +73,10 @@ def _commit(state):
 
 def _check_for_a_change(state):
     """No driver sends host updates here; in an elastic job the kernel's request is the change."""
-    if elastic.running_job() is not None:
-        elastic.leave_if_asked(f"{_key(state)}.{_commits_seen(state)}", f"at a commit of {type(state).__name__}")
+    job = elastic.running_job()
+    if job is not None:
+        point, where = f"{_key(state)}.{_commits_seen(state)}", f"at a commit of {type(state).__name__}"
+        elastic.leave_if_asked(job[1], backend().rank_and_size()[0], point, where)
 
 
 def _resume(state):

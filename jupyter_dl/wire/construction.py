@@ -402,8 +402,8 @@ def install():
 
     _patch_serialization()
     _patch_losses_and_metrics()
-    _patch_build_from_config(Model)
-    _patch_layer_build_from_config(Layer)
+    _patch_build_from_config(Model, built_without_shapes=True)
+    _patch_build_from_config(Layer)  # Model has its own build_from_config
     original_compile_from_config = Trainer.compile_from_config
 
     def compile_from_config(self, config):
@@ -448,33 +448,22 @@ def _patch_serialization():
     serialization_lib.deserialize_keras_object = deserialize_keras_object
 
 
-def _patch_build_from_config(model_class):
-    """A model whose own build() only makes its sub-layers (the "making new layers" guide's `MLPBlock`) is left by
-    Keras' loader with sub-layers that have no weights yet, so the trained values have nowhere to go and the model
-    comes back untrained. While we deserialise, such a model is also called once, symbolically, as fit would."""
-    original = model_class.build_from_config
+def _patch_build_from_config(cls, built_without_shapes=False):
+    """A model whose own build() only makes its sub-layers (the "making new layers" guide's `MLPBlock`), or a layer
+    whose build() makes sub-layers without building them (keras.io's MAE `PatchEncoder`), is left by Keras' loader
+    with sub-layers that have no weights yet, so the trained values have nowhere to go. While we deserialise, such a
+    model or layer is also called once, symbolically, as fit would. `built_without_shapes`: a model built with
+    `{'input_shape': None}` is not built from it here (see _built_without_shapes)."""
+    original = cls.build_from_config
 
     def build_from_config(self, config):
-        if _resolver.get() is not None and config == {"input_shape": None}:
+        if built_without_shapes and _resolver.get() is not None and config == {"input_shape": None}:
             return  # built without shapes where it was sent: its record built its parts (_built_without_shapes)
         original(self, config)
         if _resolver.get() is not None:
             build_parts_by_a_call(self, config)
 
-    model_class.build_from_config = build_from_config
-
-
-def _patch_layer_build_from_config(layer_class):
-    """Likewise a layer whose build() makes sub-layers without building them (keras.io's MAE `PatchEncoder` makes
-    its projection and position embedding there): Keras' loader would find no variables to load theirs into."""
-    original = layer_class.build_from_config
-
-    def build_from_config(self, config):
-        original(self, config)
-        if _resolver.get() is not None:
-            build_parts_by_a_call(self, config)
-
-    layer_class.build_from_config = build_from_config
+    cls.build_from_config = build_from_config
 
 
 def build_parts_by_a_call(obj, config):

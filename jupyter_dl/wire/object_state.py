@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jupyter_dl.wire import dataset_iterators, tf_checkpoints
+from jupyter_dl.wire import dataset_iterators, keras_objects, tf_checkpoints
 from jupyter_dl.wire.payload import is_history
 
 _LEAVE = frozenset({"model", "_model"})  # fit sets these; the model comes back on its own
@@ -143,11 +143,7 @@ def _histories_again(value, own=None):
     if isinstance(value, HistoryRecord):
         if is_history(own) and _equal(_plain_copy(own), value):
             return own
-        import keras
-
-        history = keras.callbacks.History()
-        history.history, history.params, history.epoch = value.history, value.params, value.epoch
-        return history
+        return keras_objects.history_of(value.history, value.params, value.epoch)
     if type(value) in (list, tuple):
         owns = list(own) if type(own) is type(value) and len(own) == len(value) else [None] * len(value)
         return type(value)(_histories_again(v, o) for v, o in zip(value, owns))

@@ -274,10 +274,9 @@ def dumps(name, value, namespace=None, functions_by_reference=False, known=None)
     elif isinstance(value, type) and value.__module__ == "__main__":  # its methods may name the receiver's objects
         return keras_objects.dumps_code(value, known or {})
     elif _is_callback(value) or _holds(value, _is_callback):  # `callbacks = [EarlyStopping(...), monitor]` too
-        # Its class's methods may name the notebook's objects (a GAN monitor's `test_horses` dataset): references.
-        travelling = _each_callback(
-            value, lambda v: v if id(v) in (known or {}) else _callback_naming_its_model(v, known or {})
-        )
+        # Its class's methods may name the notebook's objects (a GAN monitor's `test_horses` dataset), and fit gave
+        # it its model: what the receiver has by name goes as a reference to it (dumps_code).
+        travelling = _each_callback(value, lambda v: _without_a_model_not_named(v, known or {}))
         return keras_objects.dumps_code(travelling, {i: n for i, n in (known or {}).items() if i != id(value)})
     return cloudpickle.dumps(value)
 
@@ -292,22 +291,21 @@ def _is_callback(value) -> bool:
     return any(c.__name__ == "Callback" and c.__module__.startswith("keras") for c in type(value).__mro__)
 
 
-def _callback_naming_its_model(callback, known: dict):
-    """A callback fit gave its model: the model travels on its own, and the callback names it (the receiver's
-    object of that name, or none: fit sets it again). Pickled inside the callback it would be a second copy, and
-    perhaps one Keras cannot save unbuilt (keras.io CycleGAN's CycleGan is never called itself)."""
+def _without_a_model_not_named(callback, known: dict):
+    """The callback, without the model fit gave it unless the receiver has that model by name (then it travels as a
+    reference): pickled inside the callback it would be a second copy, and perhaps one Keras cannot save unbuilt
+    (keras.io CycleGAN's CycleGan is never called itself). Fit sets it again."""
     model = getattr(callback, "_model", None)
-    if model is None:
+    if model is None or id(model) in known:
         return callback
     travelling = copy.copy(callback)
-    name = known.get(id(model))
-    travelling._model = keras_objects.ReceiversOwn(name) if name else None
+    travelling._model = None
     return travelling
 
 
 def _with_callbacks_bound(value, resolve):
     """`value` with the references its callbacks travelled with made the receiver's objects again: each callback's
-    model (see _callback_naming_its_model), and in a list of callbacks, the items the receiver has by name
+    model (see _without_a_model_not_named), and in a list of callbacks, the items the receiver has by name
     (`callbacks = [early_stopping, monitor]` over the notebook's `early_stopping`)."""
 
     def own(item):
