@@ -143,8 +143,10 @@ class Rendezvous:
             slots[host] = slots.get(host, 0) + 1
         # Horovod's own assignment keeps each host's ranks contiguous; ranks are then matched to engines by host.
         plan = get_host_assignments(parse_hosts(",".join(f"{h}:{n}" for h, n in slots.items())), len(hosts_by_rank))
+        from jupyter_dl.backends.horovod_rendezvous import WaitingRendezvousHandler
+
         self._server = RendezvousServer(verbose=0)
-        self.port = self._server.start()
+        self.port = self._server.start(handler_cls=WaitingRendezvousHandler)
         self._server.init(plan)
         self.slots = plan
         self._timeout_s = timeout_s
