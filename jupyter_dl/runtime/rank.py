@@ -331,11 +331,15 @@ def _exec_cell(spec: RankSpec, namespace):
 
 
 def _trained_states(spec: RankSpec, namespace) -> dict:
-    """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived; and of each Keras
-    callback and metric, under ("object", name)."""
+    """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived; of each Keras
+    callback and metric, under ("object", name, index); and each model or optimizer the cell also binds, under
+    ("itself", name), to tell `model = train_model(model)` (the same object again) from a new one."""
     if spec.mode != "cell" or spec.rank != 0:
         return {}
     states = {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
+    for name in spec.names_in:
+        if name in spec.names_out and payload.trained_in_place(namespace[name]):
+            states[("itself", name)] = namespace[name]
     for name in spec.names_in:
         if name not in spec.names_out:
             for index, value in object_state.tracked_in(namespace[name]):
@@ -374,10 +378,14 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         models = {n: state for n, state in arrived.items() if not isinstance(n, tuple)}
         changed = [n for n in models if n not in spec.names_out and _trained_state(namespace[n]) != models[n]]
         outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace, also_known=spec.names_in)
+        # Bound again to the object it arrived as: the notebook's own object takes the training, as in one process.
+        outcome["rebound_to_itself"] = [
+            key[1] for key, value in arrived.items() if key[:1] == ("itself",) and namespace.get(key[1]) is value
+        ]
         # Callbacks and metrics it used: what changed, for the notebook's own objects.
         moved = [
             (name, index, object_state.changed(before, object_state.state_of(object_state.at(namespace, name, index))))
-            for (_, name, index), before in ((key, s) for key, s in arrived.items() if isinstance(key, tuple))
+            for (_, name, index), before in ((key, s) for key, s in arrived.items() if key[:1] == ("object",))
         ]
         outcome["object_states"] = [entry for entry in moved if entry[2]]
         outcome["environment"] = _environment()

@@ -7,7 +7,7 @@ right. Where the objects do not fit (another architecture, a recompiled model), 
 """
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jupyter_dl.wire import construction, keras_objects
 
@@ -19,6 +19,8 @@ class Namespaces:
 
     arrived: dict  # the values that came back with it (already rebuilt)
     receiver: dict  # the receiving namespace (the notebook's)
+    # {id(receiver's model): the receiver's optimizer the cell compiled it with} (`vae.compile(optimizer, ...)`)
+    own_optimizers: dict = field(default_factory=dict)
 
 
 def update(existing, arrived, payload, namespaces: Namespaces) -> bool:
@@ -43,7 +45,7 @@ def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     if _same_compile(existing, arrived) and _took_optimizer_states(existing, payload):
         updated = True
     else:  # compiled in the cell, or compiled alike over other variables (a base model unfrozen above the compile)
-        updated = _compiled_again(existing, arrived)
+        updated = _compiled_again(existing, arrived, namespaces.own_optimizers.get(id(existing)))
     if not updated:
         keras_objects.set_trainable_flags(existing, flags)  # as they were: the arrived copy is bound instead
         return False
@@ -65,14 +67,16 @@ def _took_optimizer_states(existing, payload) -> bool:
     return False
 
 
-def _compiled_again(existing, arrived) -> bool:
+def _compiled_again(existing, arrived, own_optimizer=None) -> bool:
     """The cell compiled the model (`model.compile(...)` above its `fit`, keras.io's transfer learning and most
     notebooks). In one process that compiles the notebook's own model, whose layers other names still reach (the
     `base_model` a later cell unfreezes for fine-tuning, the `encoder` of an autoencoder), so the notebook's model is
     compiled as the copy was, with the copy's optimizer (and its state), moved over to the notebook's variables (it
-    was built for the copy's, which pair up with them in order); the caller copies the trained values. A model with a
-    compile of its own (a GAN's, holding its optimizers as attributes) cannot be compiled again here: the copy is
-    bound instead, as for a model the cell rebuilt."""
+    was built for the copy's, which pair up with them in order); the caller copies the trained values. When the cell
+    compiled it with a notebook optimizer (`vae.compile(optimizer, ...)`), that optimizer takes the copy's state and
+    is the one compiled in, so `vae.optimizer is optimizer` holds as in one process. A model with a compile of its
+    own (a GAN's, holding its optimizers as attributes) cannot be compiled again here: the copy is bound instead, as
+    for a model the cell rebuilt."""
     import keras
 
     config = getattr(getattr(arrived, "_compile_config", None), "config", None)
@@ -84,10 +88,25 @@ def _compiled_again(existing, arrived) -> bool:
         return False
     if not keras_objects.same_shapes(existing.trainable_variables, arrived.trainable_variables):
         return False
+    trained = [existing.trainable_variables[i] for i in positions] if optimizer.built else None
+    if _took_state(own_optimizer, optimizer, trained):
+        optimizer = own_optimizer
     existing.compile(**{**config, "optimizer": optimizer})
     if optimizer.built:
-        _train_instead(optimizer, [existing.trainable_variables[i] for i in positions])
+        _train_instead(optimizer, trained)
     return True
+
+
+def _took_state(own, arrived, variables) -> bool:
+    """Whether the receiver's optimizer `own` (of the arrived one's class) now holds the arrived one's state, built
+    over `variables`; False, leaving it as it was, when it cannot (another class, state of other shapes)."""
+    if own is None or type(own) is not type(arrived):
+        return False
+    if not arrived.built:
+        return not own.built  # neither has stepped: the receiver's own is as good
+    if own.built and not keras_objects.same_shapes(own.variables, arrived.variables):
+        return False
+    return keras_objects.restore_optimizer(own, keras_objects.optimizer_state(arrived), variables)
 
 
 def _train_instead(optimizer, variables):

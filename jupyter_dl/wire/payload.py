@@ -61,10 +61,20 @@ def is_keras_model(value) -> bool:
     return any(c.__module__.startswith("keras") and c.__name__ == "Model" for c in cls.__mro__)
 
 
+def is_keras_layer(value) -> bool:
+    return any(c.__module__.startswith("keras") and c.__name__ == "Layer" for c in type(value).__mro__)
+
+
 def trained_in_place(value) -> bool:
     """A model or optimizer whose state a cell changes by using it (fit, apply_gradients), without rebinding it; or
-    a list, tuple or dict of models (`models[name].fit(...)` over models made in a loop)."""
-    return is_keras_model(value) or keras_objects.is_optimizer(value) or _holds(value, is_keras_model)
+    a list, tuple or dict of models (`models[name].fit(...)` over models made in a loop). A layer too: calling one
+    changes its own variables (the subclassing guide's `ComputeSum` adds to its non-trainable total)."""
+    return (
+        is_keras_layer(value)
+        or is_keras_model(value)
+        or keras_objects.is_optimizer(value)
+        or _holds(value, is_keras_model)
+    )
 
 
 def _history_payload(history, namespace) -> "HistoryPayload":
@@ -192,6 +202,8 @@ def notebook_functions(value) -> list:
             continue
         for member in vars(klass).values():
             member = getattr(member, "__func__", member)  # staticmethod, classmethod
+            # A `@tf.function` method (DDPG's `Buffer.update` applying the notebook's optimizers): its Python code.
+            member = member.python_function if _is_tf_function(member) else member
             parts = (member.fget, member.fset) if isinstance(member, property) else (member,)
             found.extend(p for p in parts if isinstance(p, types.FunctionType))
     # Functions it holds: a LambdaCallback's `on_epoch_end=lambda epoch, logs: losses.append(logs["loss"])` fills
@@ -489,6 +501,7 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
             except Exception as exc:
                 del values[name]
                 problems[name] = f"{type(exc).__name__}: {construction.first_line(exc, 300)}"
+    own_optimizers = _own_optimizers_by_model(values, namespace or {}, in_place)
     for name in _rebuild_order(blobs):
         keras_payload = blobs[name]
         missing = [r for r in keras_payload.refs if r in problems]
@@ -502,7 +515,7 @@ def _unpack(packed: dict, namespace, in_place, known) -> tuple[dict, dict]:
             continue
         existing = (namespace or {}).get(name) if name in in_place else None
         # Where an optimizer's variables are looked for: what came back first, then the receiving namespace.
-        around = in_place_update.Namespaces(arrived=values, receiver=namespace or {})
+        around = in_place_update.Namespaces(arrived=values, receiver=namespace or {}, own_optimizers=own_optimizers)
         updated = existing is not None and in_place_update.update(existing, value, keras_payload, around)
         if not updated and keras_objects.is_optimizer(value):
             # An optimizer travelling on its own arrives unbuilt: build it over the models that came with it.
@@ -571,6 +584,18 @@ def _rebuild_order(blobs: dict) -> list:
         order.extend(ready)
         pending = [n for n in pending if n not in ready]
     return order
+
+
+def _own_optimizers_by_model(values, namespace, in_place) -> dict:
+    """{id(receiver's model): the receiver's optimizer} for each optimizer the cell read and compiled a model with
+    (it came back as that model's, OptimizerOf): the model updated in place is compiled with the receiver's own."""
+    found = {}
+    for name, reference in values.items():
+        if isinstance(reference, OptimizerOf) and not reference.inner and name in in_place:
+            model, optimizer = namespace.get(reference.model_name), namespace.get(name)
+            if model is not None and keras_objects.is_optimizer(optimizer):
+                found[id(model)] = optimizer
+    return found
 
 
 def _bind_model_optimizer(name, reference: OptimizerOf, values, problems):

@@ -2,13 +2,16 @@
 plain cells for definitions and data, `%%distribute -n 2` on the training cell."""
 
 import math
+import os
 
 from IPython.utils.capture import capture_output
 
 
-def cell(shell, code, distribute=False, backend="horovod"):
+def cell(shell, code, distribute=False, backend=None):
     """Runs one notebook cell; fails on an error, a name that did not come back or ranks that trained apart.
-    Returns the notebook's namespace."""
+    Returns the notebook's namespace. The tutorials run on Horovod unless a test names a backend;
+    JDL_TEST_BACKEND=tf runs them all on TensorFlow's collectives (what a pip install without Horovod gets)."""
+    backend = backend or os.environ.get("JDL_TEST_BACKEND", "horovod")
     header = f"%%distribute -n 2 --backend {backend}\n" if distribute else ""
     with capture_output() as shown:
         result = shell.run_cell(header + code, store_history=False)

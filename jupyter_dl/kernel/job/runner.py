@@ -247,6 +247,7 @@ class JobRunner(Configurable):
             print(f"[jupyter-dl] warning: {result.diverged}", file=jr.stderr or sys.stderr, flush=True)
         if isinstance(jr.work, CellWork):
             trained_in_place = set(jr.shipment.names_in) - set(jr.shipment.names_out)
+            trained_in_place |= set(outcomes[0].get("rebound_to_itself", []))  # `model = train_model(model)`
             result.values, result.problems = payload.unpack(
                 outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
             )
