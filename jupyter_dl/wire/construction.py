@@ -121,21 +121,20 @@ class _LentLayers:
     after the notebook's `generator`). Keras' config numbers a layer's calls within that graph only, and its
     rebuild looks them up in the layer's list of calls: a notebook layer already called in other graphs (the
     original `combined`) has more, and the rebuild would take one of the old graph's tensors ("the name
-    input_layer_2 is used 2 times"). While rebuilding, each such layer shows only the calls a fresh copy would
-    have; afterwards its old calls come first again, and the graphs built meanwhile are renumbered to match."""
+    input_layer_2 is used 2 times"). While rebuilding, each such layer shows no calls, as a fresh copy has none;
+    afterwards its old calls come first again, and the graphs built meanwhile are renumbered to match. A functional
+    model has no call of its own in Keras 3 either (keras.io's SupCon classifier over the notebook's `encoder`): the
+    "pre-existing node" its config counts is an offset that from_config takes off again."""
 
     def __init__(self):
-        self.layers: dict = {}  # id -> (layer, its calls before, how many of them a fresh copy has)
+        self.layers: dict = {}  # id -> (layer, its calls before)
         self.value = None  # what was rebuilt: the graphs in it are renumbered
 
     def lend(self, layer):
-        from keras.src.models.functional import Functional
-
         calls = getattr(layer, "_inbound_nodes", None)
         if isinstance(calls, list) and id(layer) not in self.layers:
-            fresh = 1 if isinstance(layer, Functional) else 0  # a functional model's own input-to-output call
-            self.layers[id(layer)] = (layer, calls, fresh)
-            layer._inbound_nodes = calls[:fresh]
+            self.layers[id(layer)] = (layer, calls)
+            layer._inbound_nodes = []
         return layer
 
     def give_back(self):
@@ -143,12 +142,12 @@ class _LentLayers:
         from keras.src.ops.node import KerasHistory
 
         renumbered, old_graphs = {}, set()
-        for layer, before, fresh in self.layers.values():
-            new = layer._inbound_nodes[fresh:]
+        for layer, before in self.layers.values():
+            new = layer._inbound_nodes
             layer._inbound_nodes = before + new
             old_graphs.update(id(inner) for inner in layer._flatten_layers(include_self=True))
             for k, node in enumerate(new):
-                renumbered[make_node_key(layer, fresh + k)] = make_node_key(layer, len(before) + k)
+                renumbered[make_node_key(layer, k)] = make_node_key(layer, len(before) + k)
                 for tensor in node.output_tensors:
                     history = getattr(tensor, "_keras_history", None)
                     if history is not None and history[0] is layer:
