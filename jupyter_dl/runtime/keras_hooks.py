@@ -223,7 +223,7 @@ class KerasHooks:
             kwargs["initial_epoch"] = max(kwargs.get("initial_epoch") or 0, resume["meta"]["epoch"] + 1)
             if self.rank == 0 and self.elastic is None:  # an elastic job's kernel says where it resumes
                 print(f"[jupyter-dl] resuming from {resume['path']} (epoch {resume['meta']['epoch'] + 1} done)")
-        callbacks = list(kwargs.get("callbacks") or [])
+        callbacks = _cell_callbacks(kwargs.get("callbacks"))
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
@@ -239,7 +239,7 @@ class KerasHooks:
             last.append(self._commit_callback(model, epochs, checkpoint, resume, kept))
         kwargs["callbacks"] = extra + callbacks + last
         with (
-            lr_callbacks.in_single_rank_units(callbacks, self.updates),
+            lr_callbacks.in_single_rank_units(callbacks, self.updates, model.optimizer),
             batch_counts.in_one_process_batches(callbacks, self.size),
             self._traced_with_hooks(model),
         ):
@@ -385,6 +385,14 @@ class KerasHooks:
             found = {"path": hit[0], "meta": hit[1]} if hit else None
         # Every rank must start at the same epoch, or one would wait forever for the others' last allreduce.
         return checkpoint, backend().broadcast_object(found, name=f"jdl.ckpt.{index}")
+
+
+def _cell_callbacks(callbacks) -> list:
+    """The cell's `fit(callbacks=...)` as a list: Keras also takes one callback on its own (the audio tutorial's
+    `callbacks=tf.keras.callbacks.EarlyStopping(...)`) or nested lists, and flattens them."""
+    import keras
+
+    return list(keras.tree.flatten(callbacks)) if callbacks else []
 
 
 def _samples_per_epoch(x, kwargs):

@@ -5,7 +5,8 @@ In one process, `model.fit(..., callbacks=[early_stopping, loss_history])` leave
 moves a variable and `train_losses.append(...)` grows a list. On N ranks the cell changes rank copies, so rank 0
 sends back what changed and the notebook's own objects take it (every reference to them sees it, as in one
 process). What travels is plain data only: a metric's or variable's values, a callback's attributes that are
-numbers, strings, arrays and containers of those (not its model, nor functions), a small list, dict or set of such
+numbers, strings, arrays and containers of those (not functions; its model by the name the notebook has it by,
+so `early_stopping.model is model` after the fit, as in one process), a small list, dict or set of such
 values (tensors in it arrive as NumPy arrays), and the Keras Histories in one (TensorFlow's overfitting tutorial
 fills a notebook dict, `size_histories["Tiny"] = compile_and_fit(...)`): their logs, as a History again.
 """
@@ -61,8 +62,9 @@ def at(namespace, name, index):
     return value if index is None else value[index]
 
 
-def state_of(value):
-    """What a cell may change in a tracked object, as plain data."""
+def state_of(value, model_names=None):
+    """What a cell may change in a tracked object, as plain data. model_names: {id: name} of the models the
+    receiver has by name, which a callback's model is told by."""
     import keras
 
     # A tf.Module's variables come in its own order (by attribute name), the same on both sides.
@@ -76,7 +78,23 @@ def state_of(value):
         return {"position": dataset_iterators.position(value)}
     if tf_checkpoints.is_manager(value):
         return {"manager": tf_checkpoints.manager_state(value)}
-    return {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
+    state = {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
+    return state | _model_it_holds(value, model_names or {})
+
+
+class ModelNamed(NamedTuple):
+    """The model a callback holds, as the name the receiver has it by (and which object it was, on this side: a
+    cell that binds a new `model` and fits with the callback gives it another model of the same name)."""
+
+    name: str
+    object_id: int
+
+
+def _model_it_holds(callback, model_names: dict) -> dict:
+    # In one process fit leaves the callback holding the notebook's model (`early_stopping.model is model`); the
+    # model itself comes back on its own, so only its name travels.
+    model = getattr(callback, "_model", None)
+    return {"model": ModelNamed(model_names[id(model)], id(model))} if id(model) in model_names else {}
 
 
 def _variables(value) -> list:
@@ -97,11 +115,13 @@ def changed(before, after) -> dict:
     if "plain" in after:  # unplain now (it holds an object that cannot travel as data): left on the ranks
         return after if after["plain"] is not _UNPLAIN and not _equal(before["plain"], after["plain"]) else {}
     moved = {k: v for k, v in after["attributes"].items() if not _equal(before["attributes"].get(k, _MISSING), v)}
-    return {"attributes": moved} if moved else {}
+    model = {"model": after["model"]} if after.get("model") not in (None, before.get("model")) else {}
+    return {"attributes": moved, **model} if moved or model else {}
 
 
-def restore(existing, state) -> None:
-    """Put what changed on rank 0 into the notebook's own object."""
+def restore(existing, state, resolve=None) -> None:
+    """Put what changed on rank 0 into the notebook's own object. resolve(name): the notebook's object of that name
+    (after the cell's values came back), for a callback's model."""
     if "variables" in state:
         for variable, value in zip(_variables(existing), state["variables"]):
             variable.assign(value)
@@ -122,6 +142,11 @@ def restore(existing, state) -> None:
         return
     for name, value in state["attributes"].items():
         setattr(existing, name, value)
+    if "model" in state and resolve is not None:
+        try:
+            existing.set_model(resolve(state["model"].name))
+        except KeyError:  # the notebook no longer has it under that name
+            pass
 
 
 _MISSING = object()

@@ -258,7 +258,9 @@ class JobRunner(Configurable):
                 random_state.restore(outcomes[0]["random_state"])
             for name, index, state in outcomes[0].get("object_states", []):  # callbacks and metrics it used
                 try:
-                    object_state.restore(object_state.at(jr.work.namespace, name, index), state)
+                    object_state.restore(
+                        object_state.at(jr.work.namespace, name, index), state, _notebook_object(jr.work, result)
+                    )
                 except Exception as exc:  # the notebook's object changed shape meanwhile: say so, keep going
                     result.problems[name] = f"its state did not come back ({type(exc).__name__}: {exc})"
         else:
@@ -526,6 +528,11 @@ def _kernel_identity():
     except Exception:  # not in a kernel (scripts, tests)
         pass
     return identity
+
+
+def _notebook_object(work, result):
+    """resolve(name) for a callback's model: what the cell bound and brought back, else the notebook's object."""
+    return lambda name: result.values[name] if name in result.values else work.namespace[name]
 
 
 def _take_dtype_policy(name):
