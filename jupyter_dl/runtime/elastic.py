@@ -20,6 +20,7 @@ import numpy as np
 
 from jupyter_dl.runtime.checkpoints import assign_checked, restore_into
 from jupyter_dl.runtime.job_backend import backend
+from jupyter_dl.runtime.lr_callbacks import rate_variable
 
 # job id -> fit index -> Commit. Only the current job's commits are kept (forget_other_jobs).
 _COMMITS: dict = {}
@@ -67,13 +68,13 @@ class MemoryCommits:
         restore_into(model, commit["model"], commit["optimizer"], _rebuilt_differently)
         optimizer = model.optimizer
         if optimizer is not None and commit["optimizer"]:
-            rate = _rate_variable(optimizer)
+            rate = rate_variable(optimizer)
             if rate is not None and commit["rate"] is not None:
                 rate.assign(self.updates.scaled(commit["rate"]))
 
     def save(self, model, epoch, history):
         optimizer = model.optimizer
-        rate = _rate_variable(optimizer) if optimizer is not None else None
+        rate = rate_variable(optimizer) if optimizer is not None else None
         _COMMIT_COUNTS[self.job_id] = _COMMIT_COUNTS.get(self.job_id, 0) + 1
         _COMMITS.setdefault(self.job_id, {})[self.index] = {
             "model": [np.array(v.numpy()) for v in model.variables],
@@ -102,14 +103,6 @@ class MemoryCommits:
 
     def callback_states(self):
         return _COMMITS.get(self.job_id, {}).get(self.index, {}).get("callbacks")
-
-
-def _rate_variable(optimizer):
-    import keras
-
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    rate = getattr(inner, "_learning_rate", None)
-    return rate if isinstance(rate, keras.Variable) else None
 
 
 def _rebuilt_differently(*_):

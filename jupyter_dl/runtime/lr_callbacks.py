@@ -12,7 +12,7 @@ def in_single_rank_units(callbacks, updates, optimizer=None):
     LearningRateScheduler's function sees and returns single-rank rates; ReduceLROnPlateau's floor is scaled; a
     callback of a notebook class reads and sets `optimizer`'s rate in single-rank units."""
     restore = []
-    rate = _rate_variable(optimizer) if updates.lr_factor != 1.0 else None
+    rate = rate_variable(optimizer) if updates.lr_factor != 1.0 else None
     for cb in callbacks:
         kind = type(cb).__name__
         if kind == "LearningRateScheduler" and callable(getattr(cb, "schedule", None)):
@@ -54,7 +54,7 @@ def in_single_rank_units(callbacks, updates, optimizer=None):
             undo()
 
 
-def _rate_variable(optimizer):
+def rate_variable(optimizer):
     """The variable holding the optimizer's rate; None for a schedule or a callable, which no callback sets."""
     import keras
 
