@@ -340,16 +340,16 @@ def _trained_states(spec: RankSpec, namespace) -> dict:
     for name in spec.names_in:
         if name in spec.names_out and payload.trained_in_place(namespace[name]):
             states[("itself", name)] = namespace[name]
-    models = payload.names_by_id(spec.names_in, namespace)
+    model_names = payload.names_by_id(spec.names_in, namespace)
     for name in spec.names_in:
         if name not in spec.names_out:
             for index, value in object_state.tracked_in(namespace[name]):
-                states[("object", name, index)] = object_state.state_of(value, models)
+                states[("object", name, index)] = object_state.state_of(value, model_names)
     return states
 
 
-def _state_now(namespace, name, index, models):
-    return object_state.state_of(object_state.at(namespace, name, index), models)
+def _state_now(namespace, name, index, model_names):
+    return object_state.state_of(object_state.at(namespace, name, index), model_names)
 
 
 def _trained_state(value):
@@ -388,9 +388,9 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
             key[1] for key, value in arrived.items() if key[:1] == ("itself",) and namespace.get(key[1]) is value
         ]
         # Callbacks and metrics it used: what changed, for the notebook's own objects (a callback's model by name).
-        models = payload.names_by_id([*spec.names_in, *spec.names_out], namespace)
+        model_names = payload.names_by_id([*spec.names_in, *spec.names_out], namespace)
         moved = [
-            (name, index, object_state.changed(before, _state_now(namespace, name, index, models)))
+            (name, index, object_state.changed(before, _state_now(namespace, name, index, model_names)))
             for (_, name, index), before in ((key, s) for key, s in arrived.items() if key[:1] == ("object",))
         ]
         outcome["object_states"] = [entry for entry in moved if entry[2]]
