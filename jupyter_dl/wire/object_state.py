@@ -143,8 +143,8 @@ def restore(existing, state, resolve=None) -> None:
     for name, value in state["attributes"].items():
         setattr(existing, name, value)
     if "model" in state and resolve is not None:
-        try:
-            existing.set_model(resolve(state["model"].name))
+        try:  # not set_model: TensorBoard's writes the graph again, a second event file beside rank 0's
+            existing._model = resolve(state["model"].name)
         except KeyError:  # the notebook no longer has it under that name
             pass
 
