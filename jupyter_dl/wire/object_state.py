@@ -4,8 +4,9 @@ In one process, `model.fit(..., callbacks=[early_stopping, loss_history])` leave
 `loss_history.losses` set, a `keras.metrics.Mean` updated in a custom loop holds its result, `step.assign_add(1)`
 moves a variable and `train_losses.append(...)` grows a list. On N ranks the cell changes rank copies, so rank 0
 sends back what changed and the notebook's own objects take it (every reference to them sees it, as in one
-process). What travels is plain data only: a metric's or variable's values, a callback's attributes that are
-numbers, strings, arrays and containers of those (not functions; its model by the name the notebook has it by,
+process). What travels is plain data only: a metric's or variable's values, the attributes of a callback or of
+an object of a notebook class (DDPG's replay buffer) that are numbers, strings, arrays and containers of those
+(not functions; a callback's model by the name the notebook has it by,
 so `early_stopping.model is model` after the fit, as in one process), a small list, dict or set of such
 values (tensors in it arrive as NumPy arrays), and the Keras Histories in one (TensorFlow's overfitting tutorial
 fills a notebook dict, `size_histories["Tiny"] = compile_and_fit(...)`): their logs, as a History again.
@@ -39,7 +40,20 @@ def tracked(value) -> bool:
         or tf_checkpoints.is_manager(value)  # the saves it keeps
     ):
         return True
-    return isinstance(value, keras.callbacks.Callback) and not isinstance(value, keras.callbacks.History)
+    if isinstance(value, keras.callbacks.Callback):
+        return not isinstance(value, keras.callbacks.History)
+    return _of_a_notebook_class(value)
+
+
+def _of_a_notebook_class(value) -> bool:
+    """A plain object of a class the notebook defines (DDPG's replay `Buffer` and its `buffer_counter`, an
+    `OUActionNoise`'s `x_prev`): the cell's loop changes it, as in one process. Keras layers, models and
+    optimizers come back on their own path."""
+    import keras
+
+    if type(value).__module__ != "__main__" or not hasattr(value, "__dict__") or isinstance(value, type):
+        return False
+    return not isinstance(value, (keras.layers.Layer, keras.optimizers.Optimizer))
 
 
 def tracked_in(value) -> list:
@@ -78,8 +92,9 @@ def state_of(value, model_names=None):
         return {"position": dataset_iterators.position(value)}
     if tf_checkpoints.is_manager(value):
         return {"manager": tf_checkpoints.manager_state(value)}
-    state = {"attributes": {k: v for k, v in vars(value).items() if k not in _LEAVE and _plain(v)}}
-    return state | _model_it_holds(value, model_names or {})
+    # Copies: a loop writes into its arrays and lists in place (`self.state_buffer[index] = obs`, `.append`).
+    attributes = {k: _plain_copy(v) for k, v in vars(value).items() if k not in _LEAVE and _plain(v, max_bytes=True)}
+    return {"attributes": attributes} | _model_it_holds(value, model_names or {})
 
 
 class ModelNamed(NamedTuple):
@@ -211,17 +226,26 @@ def _plain_copy(value, depth=0):
     return _UNPLAIN
 
 
-def _plain(value, depth=0) -> bool:
+MAX_ATTRIBUTE_BYTES = 64 << 20  # an attribute holding the training data (copied twice a cell): not watched
+
+
+def _plain(value, depth=0, max_bytes=False) -> bool:
     if depth > 4:
         return False
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
         return True
     if isinstance(value, np.ndarray):
-        return value.dtype != object
+        return value.dtype != object and not (max_bytes and value.nbytes > MAX_ATTRIBUTE_BYTES)
     if isinstance(value, (list, tuple)):
-        return type(value) in (list, tuple) and all(_plain(v, depth + 1) for v in value)
+        if max_bytes and len(value) > MAX_ITEMS:
+            return False
+        return type(value) in (list, tuple) and all(_plain(v, depth + 1, max_bytes) for v in value)
     if isinstance(value, dict):
-        return type(value) is dict and all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+        if max_bytes and len(value) > MAX_ITEMS:
+            return False
+        return type(value) is dict and all(
+            isinstance(k, str) and _plain(v, depth + 1, max_bytes) for k, v in value.items()
+        )
     return False
 
 

@@ -1095,6 +1095,10 @@ def test_ddpg_custom_loop_with_buffer_tf_function_and_target_updates(shell, tmp_
     assert ns["actor_optimizer"].iterations.numpy() == ns["critic_optimizer"].iterations.numpy() == 4 * 40
     assert not np.allclose(target_before, ns["target_actor"].get_weights()[0])
     assert len(ns["avg_reward_list"]) == 4
+    # Plain objects of the notebook's classes the loop changed hold what it left, as in one process.
+    assert ns["buffer"].buffer_counter == one["steps"] == 4 * 40
+    assert np.count_nonzero(ns["buffer"].state_buffer.any(axis=1)) == 4 * 40
+    assert ns["env"].steps == 40 and ns["ou_noise"].x_prev.shape == (1,) and ns["ou_noise"].x_prev[0] != 0
     ns = _cell(shell, DDPG_AFTER)
     assert sorted(os.listdir(".")) == [
         "pendulum_actor.weights.h5",
