@@ -121,6 +121,7 @@ class KerasHooks:
         self._fit_ends = itertools.count()  # fit calls that returned: each ends with every rank together
         self._validation_share = 1.0  # this rank's weight in the average of validation metrics (sharding.py)
         self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
+        self._told_whole = False  # said once a cell that a fit on fewer samples than ranks ran whole on each
 
     def __enter__(self):
         import keras
@@ -198,7 +199,7 @@ class KerasHooks:
 
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
-        from jupyter_dl.runtime.sharding import shard_fit_inputs
+        from jupyter_dl.runtime.sharding import array_samples, shard_fit_inputs
 
         if self.options.probe:  # --recommend: profile the cell's fit instead of running it
             from jupyter_dl.runtime.probe import probe_fit
@@ -207,6 +208,9 @@ class KerasHooks:
         if self.options.batch_size:  # the recommended per-rank batch, replacing the cell's
             kwargs = dict(kwargs, batch_size=self.options.batch_size)
 
+        samples = array_samples(x)
+        if samples is not None and samples < self.size:
+            return self._fit_whole_on_every_rank(model, x, y, args, kwargs, samples)
         balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
         shares = {"validation": 1.0}
         if balanced is None:
@@ -254,6 +258,35 @@ class KerasHooks:
         elif checkpoint is not None and self.rank == 0:
             checkpoint.mark_complete()
         return history
+
+    def _fit_whole_on_every_rank(self, model, x, y, args, kwargs, samples):
+        """A fit on fewer samples than ranks (DQN's `self.model.fit(state, target_f)` for each replayed transition):
+        every rank trains on all of them at the cell's own rate, so the averaged update is one process's."""
+        if self.rank == 0 and not self._told_whole:
+            self._told_whole = True
+            print(
+                f"[jupyter-dl] fit on {samples} sample(s), fewer than the {self.size} ranks: every rank "
+                "trained on all of them at the cell's learning rate, as one process does (no speed-up from the ranks)",
+                flush=True,
+            )
+        factor, self.updates.lr_factor = self.updates.lr_factor, 1.0
+        try:
+            self.updates.gradient_weight.assign(1.0)
+            self._validation_share = 1.0
+            callbacks = _cell_callbacks(kwargs.get("callbacks"))
+            extra = self._our_callbacks(model, x, kwargs, None, None)
+            if self.rank != 0:
+                callbacks = [
+                    cb for cb in callbacks if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)
+                ]
+                kwargs["verbose"] = 0
+            kwargs["callbacks"] = extra + callbacks
+            with batch_counts.in_one_process_batches(callbacks, 1), self._traced_with_hooks(model):
+                history = self._orig_fit(model, x, y, *args, **kwargs)
+            backend().broadcast_object(None, name=f"jdl.fit_end.{next(self._fit_ends)}")
+            return history
+        finally:
+            self.updates.lr_factor = factor
 
     def _our_callbacks(self, model, x, kwargs, checkpoint, resume):
         """The callbacks every rank's fit gets first: the first-step sync, the checkpoint, the metrics stream."""

@@ -29,7 +29,7 @@ from jupyter_dl.runtime.probe import ProbeDone
 from jupyter_dl.runtime.publish import engine_publisher
 from jupyter_dl.runtime.resources import ResourceSampler
 from jupyter_dl.runtime.stall_watch import StallWatch
-from jupyter_dl.wire import keras_objects, object_state, payload, random_state, summary_writers
+from jupyter_dl.wire import held_keras, keras_objects, object_state, payload, random_state, summary_writers
 from jupyter_dl.wire.spec import OUT_NAME, RankSpec
 
 # Values the kernel shipped, kept across jobs so that large arrays travel once: name -> (fingerprint, value).
@@ -333,7 +333,8 @@ def _exec_cell(spec: RankSpec, namespace):
 def _trained_states(spec: RankSpec, namespace) -> dict:
     """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived; of each Keras
     callback and metric, under ("object", name, index); and each model or optimizer the cell also binds, under
-    ("itself", name), to tell `model = train_model(model)` (the same object again) from a new one."""
+    ("itself", name), to tell `model = train_model(model)` (the same object again) from a new one; and of each
+    model or optimizer a notebook class's object holds (`agent.model`), under ("held", name, index, attribute)."""
     if spec.mode != "cell" or spec.rank != 0:
         return {}
     states = {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
@@ -341,10 +342,13 @@ def _trained_states(spec: RankSpec, namespace) -> dict:
         if name in spec.names_out and payload.trained_in_place(namespace[name]):
             states[("itself", name)] = namespace[name]
     model_names = payload.names_by_id(spec.names_in, namespace)
+    named_ids = {id(namespace[n]) for n in spec.names_in}
     for name in spec.names_in:
         if name not in spec.names_out:
             for index, value in object_state.tracked_in(namespace[name]):
                 states[("object", name, index)] = object_state.state_of(value, model_names)
+                for attribute, held in held_keras.held(value, named_ids).items():
+                    states[("held", name, index, attribute)] = _trained_state(held)
     return states
 
 
@@ -382,7 +386,14 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         # Names the cell bound, plus the models and optimizers it changed without rebinding them.
         models = {n: state for n, state in arrived.items() if not isinstance(n, tuple)}
         changed = [n for n in models if n not in spec.names_out and _trained_state(namespace[n]) != models[n]]
-        outcome["values"] = payload.pack(list(spec.names_out) + changed, namespace, also_known=spec.names_in)
+        held = _held_changed(namespace, arrived)
+        outcome["held"] = [entry for entry, _ in held]
+        namespace_and_held = {**namespace, **{entry[0]: value for entry, value in held}} if held else namespace
+        outcome["values"] = payload.pack(
+            list(spec.names_out) + changed + [entry[0] for entry, _ in held],
+            namespace_and_held,
+            also_known=spec.names_in,
+        )
         # Bound again to the object it arrived as: the notebook's own object takes the training, as in one process.
         outcome["rebound_to_itself"] = [
             key[1] for key, value in arrived.items() if key[:1] == ("itself",) and namespace.get(key[1]) is value
@@ -395,6 +406,19 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
         ]
         outcome["object_states"] = [entry for entry in moved if entry[2]]
         outcome["environment"] = _environment()
+
+
+def _held_changed(namespace, arrived) -> list:
+    """[((travel name, name, index, attribute), object)] for each model or optimizer held by a notebook class's
+    object that the cell changed (held_keras)."""
+    found = []
+    for key, before in arrived.items():
+        if key[:1] == ("held",):
+            _, name, index, attribute = key
+            value = getattr(object_state.at(namespace, name, index), attribute, None)
+            if value is not None and _trained_state(value) != before:
+                found.append(((held_keras.travel_name(name, index, attribute), name, index, attribute), value))
+    return found
 
 
 def _leave_job(spec: RankSpec, previous_handler, failed):

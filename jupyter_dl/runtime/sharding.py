@@ -190,6 +190,11 @@ def per_rank_steps(steps, size):
     return None if steps is None else max(1, int(steps) // size)
 
 
+def array_samples(x) -> int | None:
+    """How many samples arrays (or a dict, list or tuple of them) hold; None for any other input."""
+    return _length(x) if _is_array_like(x) else None
+
+
 def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators.
     `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""

@@ -12,6 +12,7 @@ values (tensors in it arrive as NumPy arrays), and the Keras Histories in one (T
 fills a notebook dict, `size_histories["Tiny"] = compile_and_fit(...)`): their logs, as a History again.
 """
 
+import collections
 import numbers
 from typing import NamedTuple
 
@@ -42,10 +43,10 @@ def tracked(value) -> bool:
         return True
     if isinstance(value, keras.callbacks.Callback):
         return not isinstance(value, keras.callbacks.History)
-    return _of_a_notebook_class(value)
+    return of_a_notebook_class(value)
 
 
-def _of_a_notebook_class(value) -> bool:
+def of_a_notebook_class(value) -> bool:
     """A plain object of a class the notebook defines (DDPG's replay `Buffer` and its `buffer_counter`, an
     `OUActionNoise`'s `x_prev`): the cell's loop changes it, as in one process. Keras layers, models and
     optimizers come back on their own path."""
@@ -93,7 +94,7 @@ def state_of(value, model_names=None):
     if tf_checkpoints.is_manager(value):
         return {"manager": tf_checkpoints.manager_state(value)}
     # Copies: a loop writes into its arrays and lists in place (`self.state_buffer[index] = obs`, `.append`).
-    attributes = {k: _plain_copy(v) for k, v in vars(value).items() if k not in _LEAVE and _plain(v, max_bytes=True)}
+    attributes = {k: _plain_copy(v) for k, v in vars(value).items() if k not in _LEAVE and _watched(v)}
     return {"attributes": attributes} | _model_it_holds(value, model_names or {})
 
 
@@ -216,6 +217,9 @@ def _plain_copy(value, depth=0):
     if type(value) in (list, tuple, set):
         items = [_plain_copy(v, depth + 1) for v in value]
         return _UNPLAIN if any(i is _UNPLAIN for i in items) else type(value)(items)
+    if type(value) is collections.deque:  # a DQN agent's replay memory, `deque(maxlen=2000)`
+        items = [_plain_copy(v, depth + 1) for v in value]
+        return _UNPLAIN if any(i is _UNPLAIN for i in items) else collections.deque(items, maxlen=value.maxlen)
     if type(value) is dict:
         items = {k: _plain_copy(v, depth + 1) for k, v in value.items()}
         return _UNPLAIN if any(v is _UNPLAIN for v in items.values()) else items
@@ -229,23 +233,32 @@ def _plain_copy(value, depth=0):
 MAX_ATTRIBUTE_BYTES = 64 << 20  # an attribute holding the training data (copied twice a cell): not watched
 
 
-def _plain(value, depth=0, max_bytes=False) -> bool:
+def _watched(value) -> bool:
+    """An attribute whose changes come back: plain, and small enough to copy before and after each cell."""
+    return _plain(value) and _nbytes(value) <= MAX_ATTRIBUTE_BYTES
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (list, tuple, collections.deque)):
+        return len(value) * 8 + sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return len(value) * 16 + sum(_nbytes(v) for v in value.values())
+    return len(value) if isinstance(value, (str, bytes)) else 8
+
+
+def _plain(value, depth=0) -> bool:
     if depth > 4:
         return False
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
         return True
     if isinstance(value, np.ndarray):
-        return value.dtype != object and not (max_bytes and value.nbytes > MAX_ATTRIBUTE_BYTES)
-    if isinstance(value, (list, tuple)):
-        if max_bytes and len(value) > MAX_ITEMS:
-            return False
-        return type(value) in (list, tuple) and all(_plain(v, depth + 1, max_bytes) for v in value)
+        return value.dtype != object
+    if isinstance(value, (list, tuple, collections.deque)):
+        return type(value) in (list, tuple, collections.deque) and all(_plain(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        if max_bytes and len(value) > MAX_ITEMS:
-            return False
-        return type(value) is dict and all(
-            isinstance(k, str) and _plain(v, depth + 1, max_bytes) for k, v in value.items()
-        )
+        return type(value) is dict and all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
     return False
 
 
@@ -255,7 +268,7 @@ def _equal(a, b) -> bool:
     try:
         if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
             return np.array_equal(a, b)
-        return bool(a == b) if not isinstance(a, (list, tuple, dict)) else _deep_equal(a, b)
+        return bool(a == b) if not isinstance(a, (list, tuple, dict, collections.deque)) else _deep_equal(a, b)
     except Exception:  # values that do not compare (arrays in lists): count as changed
         return False
 

@@ -58,3 +58,25 @@ def test_what_is_not_watched_on_a_notebook_object():
     optimizer = _notebook_class(type("Mine", (keras.optimizers.SGD,), {}))()
     for value in (layer, optimizer, Buffer, np.random.default_rng(0)):
         assert not object_state.tracked(value), value
+
+
+@pytest.mark.fast
+def test_a_replay_memory_in_a_deque_comes_back_with_its_maxlen():
+    import collections
+
+    @_notebook_class
+    class DQNAgent:
+        def __init__(self):
+            self.memory = collections.deque(maxlen=3)
+            self.epsilon = 1.0
+
+    on_rank, notebook = DQNAgent(), DQNAgent()
+    before = object_state.state_of(on_rank)
+    for step in range(4):
+        on_rank.memory.append((np.full((1, 4), step), step % 2, 1.0, False))
+    on_rank.epsilon *= 0.995
+    moved = object_state.changed(before, object_state.state_of(on_rank))
+    object_state.restore(notebook, moved)
+    assert notebook.memory.maxlen == 3 and [item[1] for item in notebook.memory] == [1, 0, 1]
+    assert notebook.epsilon == 0.995
+    assert object_state.changed(object_state.state_of(on_rank), object_state.state_of(on_rank)) == {}

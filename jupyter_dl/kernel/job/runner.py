@@ -36,7 +36,7 @@ from jupyter_dl.live.collector import MetricsCollector
 from jupyter_dl.live.state import TrainingState
 from jupyter_dl.pool.choice import PoolChoice
 from jupyter_dl.pool.local import LocalPool
-from jupyter_dl.wire import object_state, payload, random_state, remote
+from jupyter_dl.wire import held_keras, object_state, payload, random_state, remote
 from jupyter_dl.wire.options import RunOptions
 from jupyter_dl.wire.spec import OUT_NAME
 
@@ -248,9 +248,16 @@ class JobRunner(Configurable):
         if isinstance(jr.work, CellWork):
             trained_in_place = set(jr.shipment.names_in) - set(jr.shipment.names_out)
             trained_in_place |= set(outcomes[0].get("rebound_to_itself", []))  # `model = train_model(model)`
+            held = outcomes[0].get("held", [])  # models and optimizers a notebook class's object holds
+            receiver = jr.work.namespace
+            if held:
+                receiver = {**receiver, **held_keras.notebook_objects(receiver, held)}
+                trained_in_place |= {entry[0] for entry in held}
             result.values, result.problems = payload.unpack(
-                outcomes[0].get("values", {}), jr.work.namespace, in_place=trained_in_place
+                outcomes[0].get("values", {}), receiver, in_place=trained_in_place
             )
+            for line in held_keras.put_back(result.values, result.problems, jr.work.namespace, held):
+                print(f"[jupyter-dl] {line}", file=jr.stderr or sys.stderr, flush=True)
             result.deleted = list(jr.shipment.deletes)
             self._keep_results(jr.job, jr.work, result.values, outcomes[0].get("environment", {}), jr.stderr)
             _take_dtype_policy(outcomes[0].get("dtype_policy"))
