@@ -8,7 +8,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from jupyter_dl.cluster.status import ClusterStatus
 from jupyter_dl.errors import DistributeError, JobCancelled, UsageError
 from jupyter_dl.jobs.comparison import X_AXES
-from jupyter_dl.kernel import api, template
+from jupyter_dl.kernel import api, ipython_lines, template
 from jupyter_dl.kernel.cell import CELL_FILENAME
 from jupyter_dl.kernel.job.outcomes import JobInterrupted
 from jupyter_dl.kernel.job.work import CellWork
@@ -308,8 +308,14 @@ class DistributeMagics(Magics):
         # The docstring (what `%%distribute?` shows) is the parser's help, set below the class.
         try:
             options = parse_distribute_line(line)
-            work = CellWork(cell, self.shell.user_ns, first_line=2)  # line 1 is the %%distribute line
+            taken = ipython_lines.take_kernel_lines(cell)  # `%%time`, `%matplotlib inline`: the notebook's
+            work = CellWork(taken.code, self.shell.user_ns, first_line=2)  # line 1 is the %%distribute line
+            for name, arguments in taken.line_magics:
+                self.shell.run_line_magic(name, arguments)
+            timer = ipython_lines.CellTimer() if taken.timed else None
             result = self.session.run(work, options, summary_mod.work_key(cell), show_view=True)
+            if timer is not None:
+                print(timer.report())
         except UsageError as exc:
             raise IPythonUsageError(str(exc)) from None
         except SyntaxError as exc:

@@ -149,6 +149,31 @@ def test_a_cancel_from_the_jobs_panel_says_one_line(kernel_manager):
     assert lines[0].endswith("; all 2 ranks stopped; the notebook's names were not updated"), lines
 
 
+TIMED = """%%distribute -n 2 --no-plot
+%%time
+%matplotlib inline
+%env JDL_SET_BY_A_LINE_MAGIC=yes
+import os
+seen_on_rank = os.environ.get("JDL_SET_BY_A_LINE_MAGIC")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+history = model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+"""
+
+
+def test_time_and_the_notebook_s_line_magics_in_a_distributed_cell(kernel):
+    """`%%time` under `%%distribute` times the job as IPython times a cell; `%matplotlib inline` and `%env` set up
+    the notebook (the environment then reaches the ranks); a shell line is still refused in one line."""
+    assert run(kernel, "%load_ext jupyter_dl")[0] == "ok" and run(kernel, DATA)[0] == "ok"
+    status, shown = run(kernel, TIMED, rich=False)
+    assert status == "ok", shown
+    assert re.search(r"CPU times: user .+, sys: .+, total: .+\nWall time: \d", shown), shown
+    status, shown = run(kernel, "import matplotlib; print(seen_on_rank, matplotlib.get_backend())")
+    assert status == "ok" and shown.split()[0] == "yes" and "inline" in shown.split()[1], shown
+    status, shown = run(kernel, "%%distribute -n 2\n!ls\nx.sum()", rich=False)
+    assert status == "error" and "line 2 is IPython syntax (!ls)" in shown, shown
+
+
 def test_cluster_stop_says_only_that(kernel):
     status, shown = run(kernel, "%dl_cluster status")
     if "no cluster" in shown:  # run alone: the job above would have started it
