@@ -17,7 +17,7 @@ import time
 from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from jupyter_dl.cluster import engine_sets, scheduler_queue, size_checks, ssh_engines
+from jupyter_dl.cluster import engine_sets, iopub_guard, scheduler_queue, size_checks, ssh_engines
 from jupyter_dl.cluster import reaper as cluster_reaper
 from jupyter_dl.cluster import status as cluster_status
 from jupyter_dl.cluster.background_start import BackgroundStart
@@ -207,6 +207,8 @@ class EngineCluster(Configurable):
     def _new_cluster(self, n, engines):
         import ipyparallel as ipp
 
+        iopub_guard.guard_iopub()  # before its client connects
+
         try:
             # parent=self: ipyparallel's own traits (c.SSHEngineSetLauncher.engines, c.Cluster.controller_ip, ...)
             # come from the same config as ours, in a notebook or in a script's Session(parent=...), merged by
@@ -314,6 +316,7 @@ class EngineCluster(Configurable):
         """Use a cluster someone else started (ipcluster, a Slurm job, ...). We never stop what we did not start."""
         import ipyparallel as ipp
 
+        iopub_guard.guard_iopub()  # before its client connects
         self._drop_background()
         self._require_none_in_use()
         profile = profile or self.profile
@@ -336,6 +339,7 @@ class EngineCluster(Configurable):
         """Use the cluster described by an ipyparallel cluster file (what `Cluster.from_file` reads)."""
         import ipyparallel as ipp
 
+        iopub_guard.guard_iopub()  # before its client connects
         self._drop_background()
         self._require_none_in_use()
         try:
