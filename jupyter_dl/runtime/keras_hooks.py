@@ -21,7 +21,7 @@ import math
 import socket
 import sys
 
-from jupyter_dl.runtime import batch_counts, file_writes, lr_callbacks, stall_watch
+from jupyter_dl.runtime import batch_counts, downloads, file_writes, lr_callbacks, stall_watch
 from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
 from jupyter_dl.wire.lr_scale import lr_scale_factor
@@ -118,6 +118,7 @@ class KerasHooks:
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
+        self._downloads = itertools.count()  # keras get_file calls so far: each in turns (downloads.py)
         self._fit_ends = itertools.count()  # fit calls that returned: each ends with every rank together
         self._validation_share = 1.0  # this rank's weight in the average of validation metrics (sharding.py)
         self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
@@ -179,6 +180,8 @@ class KerasHooks:
             *((owner, name, on_rank0_only(*writer)) for owner, name, *writer in _checkpoint_saves()),
             # A callback's own files (images, plots, arrays) are written by rank 0 alone while fit runs.
             *file_writes.patches(lambda: hooks.rank != 0 and hooks.updates.in_fit),
+            # `keras.datasets.mnist.load_data()` in the cell: one rank writes each cached download.
+            *downloads.get_file_patches(lambda: next(hooks._downloads)),
         ]
         self._patches = [(owner, name, getattr(owner, name), patched) for owner, name, patched in self._patches]
         for owner, name, _, patched in self._patches:
