@@ -157,7 +157,7 @@ def restore(existing, state, resolve=None) -> None:
             existing.update(plain)
         return
     for name, value in state["attributes"].items():
-        setattr(existing, name, value)
+        setattr(existing, name, _histories_again(value, getattr(existing, name, None)))
     if "model" in state and resolve is not None:
         try:  # not set_model: TensorBoard's writes the graph again, a second event file beside rank 0's
             existing._model = resolve(state["model"].name)
@@ -245,6 +245,8 @@ def _nbytes(value) -> int:
         return len(value) * 8 + sum(_nbytes(v) for v in value)
     if isinstance(value, dict):
         return len(value) * 16 + sum(_nbytes(v) for v in value.values())
+    if is_history(value):
+        return _nbytes(value.history)
     return len(value) if isinstance(value, (str, bytes)) else 8
 
 
@@ -259,6 +261,8 @@ def _plain(value, depth=0) -> bool:
         return type(value) in (list, tuple, collections.deque) and all(_plain(v, depth + 1) for v in value)
     if isinstance(value, dict):
         return type(value) is dict and all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    if is_history(value):  # `self.history = self.model.fit(...)` in a trainer class: its logs, as a History again
+        return _plain(value.history, depth + 1) and _plain(value.params or {}, depth + 1)
     return False
 
 

@@ -184,3 +184,40 @@ def test_the_dqn_agent_fits_one_transition_at_a_time_and_comes_back_with_its_mem
     # The notebook's agent goes on in a plain cell, from the memory it came back with.
     cell(shell, "agent.replay(batch_size)")
     assert int(model.optimizer.iterations.numpy()) == expected["iterations"] + 4
+
+
+TRAINER = """
+import keras
+
+keras.utils.set_random_seed(0)
+
+
+class Trainer:
+    def __init__(self, model, name="run"):
+        self.model = model
+        self.name = name
+        self.history = None
+        self.results = {}
+
+    def train(self, x, y, epochs):
+        self.history = self.model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
+        self.results["final_loss"] = self.history.history["loss"][-1]
+        return self.history
+
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+trainer = Trainer(model)
+"""
+
+
+def test_a_trainer_class_keeps_the_history_its_method_set_and_its_model_trains(shell, digits):
+    shell.user_ns.update(digits)
+    ns = cell(shell, TRAINER)
+    model = ns["model"]
+    ns = cell(shell, "trainer.train(x_train, y_train, 3)", distribute=True)  # the cell names only `trainer`
+    trainer = ns["trainer"]
+    assert trainer.model is model and int(model.optimizer.iterations.numpy()) == 3 * 11  # 700 samples a rank, 64 a batch
+    assert trainer.history.epoch == [0, 1, 2] and len(trainer.history.history["accuracy"]) == 3
+    assert trainer.results["final_loss"] == trainer.history.history["loss"][-1] < trainer.history.history["loss"][0]
