@@ -334,7 +334,7 @@ def _trained_states(spec: RankSpec, namespace) -> dict:
     """On rank 0 of a cell: the state of each model and optimizer the cell reads, as it arrived; of each Keras
     callback and metric, under ("object", name, index); and each model or optimizer the cell also binds, under
     ("itself", name), to tell `model = train_model(model)` (the same object again) from a new one; and of each
-    model or optimizer a notebook class's object holds (`agent.model`), under ("held", name, index, attribute)."""
+    model or optimizer a notebook class's object holds (`agent.model`), under ("held", name, index, path)."""
     if spec.mode != "cell" or spec.rank != 0:
         return {}
     states = {n: _trained_state(namespace[n]) for n in spec.names_in if payload.trained_in_place(namespace[n])}
@@ -347,8 +347,8 @@ def _trained_states(spec: RankSpec, namespace) -> dict:
         if name not in spec.names_out:
             for index, value in object_state.tracked_in(namespace[name]):
                 states[("object", name, index)] = object_state.state_of(value, model_names)
-                for attribute, held in held_keras.held(value, named_ids).items():
-                    states[("held", name, index, attribute)] = _trained_state(held)
+                for path, held in held_keras.held(value, named_ids).items():
+                    states[("held", name, index, path)] = _trained_state(held)
     return states
 
 
@@ -409,15 +409,18 @@ def _pack_results(spec: RankSpec, namespace, result, outcome, arrived):
 
 
 def _held_changed(namespace, arrived) -> list:
-    """[((travel name, name, index, attribute), object)] for each model or optimizer held by a notebook class's
-    object that the cell changed (held_keras)."""
+    """[((travel name, name, index, path), object)] for each model or optimizer held by a notebook class's object
+    that the cell changed (held_keras)."""
     found = []
     for key, before in arrived.items():
         if key[:1] == ("held",):
-            _, name, index, attribute = key
-            value = getattr(object_state.at(namespace, name, index), attribute, None)
-            if value is not None and _trained_state(value) != before:
-                found.append(((held_keras.travel_name(name, index, attribute), name, index, attribute), value))
+            _, name, index, path = key
+            try:
+                value = held_keras.value_at(object_state.at(namespace, name, index), path)
+            except (KeyError, IndexError, TypeError, AttributeError):  # the cell took it out
+                continue
+            if _trained_state(value) != before:
+                found.append(((held_keras.travel_name(name, index, path), name, index, path), value))
     return found
 
 

@@ -218,6 +218,61 @@ def test_a_trainer_class_keeps_the_history_its_method_set_and_its_model_trains(s
     model = ns["model"]
     ns = cell(shell, "trainer.train(x_train, y_train, 3)", distribute=True)  # the cell names only `trainer`
     trainer = ns["trainer"]
-    assert trainer.model is model and int(model.optimizer.iterations.numpy()) == 3 * 11  # 700 samples a rank, 64 a batch
+    assert (
+        trainer.model is model and int(model.optimizer.iterations.numpy()) == 3 * 11
+    )  # 700 samples a rank, 64 a batch
     assert trainer.history.epoch == [0, 1, 2] and len(trainer.history.history["accuracy"]) == 3
     assert trainer.results["final_loss"] == trainer.history.history["loss"][-1] < trainer.history.history["loss"][0]
+
+
+AGENTS = """
+import numpy as np
+import keras
+import tensorflow as tf
+keras.utils.set_random_seed(0)
+
+def net():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+
+class Agent:
+    def __init__(self):
+        self.nets = {"actor": net(), "critic": net()}
+        self.optimizer = keras.optimizers.Adam(1e-2)
+        self.steps = 0
+
+    def train(self, x, y):
+        variables = self.nets["actor"].trainable_variables + self.nets["critic"].trainable_variables
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean((self.nets["actor"](x) + self.nets["critic"](x) - y) ** 2)
+        grads = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        self.steps += 1
+
+agents = [Agent(), Agent()]
+x = np.random.rand(64, 4).astype("float32")
+y = np.random.rand(64, 2).astype("float32")
+"""
+AGENTS_TRAIN = """
+for _ in range(5):
+    for agent in agents:
+        agent.train(x, y)
+"""
+
+
+def test_agents_in_a_list_with_their_networks_in_a_dict_and_one_optimizer_over_both(shell):
+    """The optimizer was built over two models of a dict attribute: each model comes back by a name of its own
+    (`agents[0].nets['actor']`), so the optimizer's state finds its variables and comes back too."""
+    cell(shell, AGENTS)
+    ns = cell(shell, AGENTS_TRAIN)
+    expected = [agent.nets["actor"].get_weights() for agent in ns["agents"]]
+
+    ns = cell(shell, AGENTS)
+    agents = list(ns["agents"])
+    nets = [dict(agent.nets) for agent in agents]
+    ns = cell(shell, AGENTS_TRAIN, distribute=True)
+    for i, agent in enumerate(ns["agents"]):
+        assert agent is agents[i] and agent.nets == nets[i] and agent.steps == 5
+        assert all(agent.nets[k] is nets[i][k] for k in ("actor", "critic"))
+        assert int(agent.optimizer.iterations.numpy()) == 5
+        for got, want in zip(agent.nets["actor"].get_weights(), expected[i]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
