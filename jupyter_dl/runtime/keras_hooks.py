@@ -119,6 +119,7 @@ class KerasHooks:
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
         self._saves = itertools.count()  # model.save calls so far: each waits for rank 0's write
         self._downloads = itertools.count()  # keras get_file calls so far: each in turns (downloads.py)
+        self._restores = itertools.count()  # fits with a BackupAndRestore so far: each agrees on its first epoch
         self._fit_ends = itertools.count()  # fit calls that returned: each ends with every rank together
         self._validation_share = 1.0  # this rank's weight in the average of validation metrics (sharding.py)
         self._saving = False  # inside a guarded save (a save that saves again must not wait a second time)
@@ -235,6 +236,8 @@ class KerasHooks:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
+        # Rank 0's BackupAndRestore may resume an interrupted fit from a later epoch: every rank starts there.
+        restores = any(_is_a(cb, "BackupAndRestore") for cb in callbacks)
         if self.rank != 0:
             kept = [(i, cb) for i, cb in kept if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]
             callbacks = [cb for _, cb in kept]
@@ -242,6 +245,8 @@ class KerasHooks:
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
         # Last of ours, before Keras' History: logged learning rates in single-rank units, like the cell's.
         last = [lr_callbacks.learning_rate_logs_callback(self._keras, self.updates)]
+        if restores:
+            last.insert(0, _rank_0_s_initial_epoch(self._keras, next(self._restores)))
         if self.elastic is not None:  # after the user's callbacks: a commit holds what they did with the epoch
             last.append(self._commit_callback(model, epochs, checkpoint, resume, kept))
         kwargs["callbacks"] = extra + callbacks + last
@@ -505,6 +510,23 @@ def _average_where_apart(variables, name):
         if any((theirs[i] != everyone[0][i]).any() for theirs in everyone[1:]):
             averaged = backend().allreduce(variable.numpy(), op="average", name=f"{name}.{i}")
             variable.assign(averaged.astype(variable.dtype))
+
+
+def _is_a(callback, class_name) -> bool:
+    return any(c.__name__ == class_name for c in type(callback).__mro__)
+
+
+def _rank_0_s_initial_epoch(keras, number):
+    """After the cell's callbacks began (BackupAndRestore lives on rank 0 alone, which writes its backups): the
+    epoch rank 0 resumes from is every rank's, else the ranks would run different epochs and wait on each other.
+    Rank 0's restored weights reach the others with the first step's broadcast."""
+
+    class InitialEpochOfRank0(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            epoch = backend().broadcast_object(self.model._initial_epoch, name=f"jdl.initial_epoch.{number}")
+            self.model._initial_epoch = epoch
+
+    return InitialEpochOfRank0()
 
 
 def _make_sync_callback(
