@@ -7,6 +7,7 @@
 """
 
 import os
+import random
 import socket
 
 from jupyter_dl.backends import tf_ops
@@ -99,10 +100,37 @@ class Rendezvous:
 
 def address(interface=""):
     """Where this engine's collective server is, if it has a usable group, and a fresh address for a new one."""
-    with socket.socket() as probe:  # a port free now; the new server binds it moments later
+    return {"formed": tf_ops.formed(), "fresh": f"{_host(interface)}:{_free_port()}"}
+
+
+_ports = random.Random()  # its own generator: the notebook's seeded `random` state is the cell's, on every rank
+
+
+def _free_port() -> int:
+    """A port free now, which the new server binds moments (or, while a group forms, seconds) later. Below the
+    ephemeral range: a port bound to 0 comes from that range, where any process's next outgoing connection may take
+    it first ("Could not start gRPC server" under load)."""
+    low = _ephemeral_range()[0]
+    for _ in range(50):
+        port = _ports.randrange(20000, low) if low > 20000 else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    with socket.socket() as probe:
         probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    return {"formed": tf_ops.formed(), "fresh": f"{_host(interface)}:{port}"}
+        return probe.getsockname()[1]
+
+
+def _ephemeral_range() -> tuple:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low, high = (int(p) for p in ports.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def _host(interface):

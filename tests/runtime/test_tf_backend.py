@@ -189,3 +189,23 @@ def test_a_device_scope_seen_before_the_group_formed_names_the_group_s_device():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "placed on /job:worker/replica:0/task:0/device:CPU:0" in done.stdout, done.stdout
+
+
+@pytest.mark.fast
+def test_a_fresh_collective_server_port_is_free_outside_the_ephemeral_range_and_leaves_random_alone():
+    """A port bound to 0 comes from the range outgoing connections take theirs from: one taken between the probe and
+    the server's bind failed a job with "Could not start gRPC server" while other tests ran."""
+    import random
+    import socket
+
+    from jupyter_dl.backends import tf as tf_backend
+
+    random.seed(7)
+    expected = random.random()
+    random.seed(7)
+    low = tf_backend._ephemeral_range()[0]
+    ports = {tf_backend._free_port() for _ in range(20)}
+    assert random.random() == expected  # the cell's seeded generator is untouched
+    assert len(ports) > 1 and all(20000 <= port < low for port in ports), ports
+    with socket.socket() as server:
+        server.bind(("", ports.pop()))
