@@ -46,3 +46,10 @@ def _dense(grad):
     import tensorflow as tf
 
     return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def value_of(var):
+    """A variable's current value as a tensor: a Keras 3 variable's `value` property, or a plain tf.Variable's
+    read (its `value` is a method: keras.io's style transfer applies SGD to a notebook `tf.Variable`)."""
+    value = getattr(var, "value", var)
+    return var.read_value() if callable(value) and hasattr(var, "read_value") else value

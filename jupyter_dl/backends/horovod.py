@@ -9,7 +9,7 @@ import contextlib
 import os
 
 from jupyter_dl.backends.counting import counting_calls
-from jupyter_dl.backends.gradients import average_present
+from jupyter_dl.backends.gradients import average_present, value_of
 
 NAME = "horovod"
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
@@ -241,7 +241,7 @@ def broadcast_from_root(variables, root_rank=0):
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    for n, pack in enumerate(_packs([(var, getattr(var, "value", var)) for var in variables])):
+    for n, pack in enumerate(_packs([(var, value_of(var)) for var in variables])):
         flat = tf.concat([tf.reshape(value, [-1]) for _, value in pack], 0)
         flat = hvd.broadcast(flat, root_rank=root_rank, name=f"jdl.bcast.{n}")
         sizes = [value.shape.num_elements() for _, value in pack]

@@ -12,7 +12,7 @@ import socket
 
 from jupyter_dl.backends import tf_ops
 from jupyter_dl.backends.counting import counting_calls
-from jupyter_dl.backends.gradients import average_present
+from jupyter_dl.backends.gradients import average_present, value_of
 
 NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
@@ -207,7 +207,7 @@ def broadcast_from_root(variables, root_rank=0):
     variables = list(variables)
     if not variables:
         return
-    values = tf_ops.broadcast([getattr(v, "value", v) for v in variables], root_rank)
+    values = tf_ops.broadcast([value_of(v) for v in variables], root_rank)
     for variable, value in zip(variables, values):
         variable.assign(value)
 

@@ -246,9 +246,20 @@ def _by_place(places, namespaces: Namespaces) -> list | None:
     if not places:
         return None
     try:
-        return [_holder(namespaces, name).trainable_variables[index] for name, index in places]
+        return [_variable_at(_holder(namespaces, name), index) for name, index in places]
     except (AttributeError, IndexError, KeyError):
         return None
+
+
+def _variable_at(holder, index):
+    """A place's variable (keras_objects._places): the holder itself, its trainable variable `index`, or, for
+    `index` (key, i), variable i of the model under `key` in the holder's list or dict."""
+    if index is None:
+        return holder
+    if isinstance(index, (tuple, list)):
+        key, index = index
+        holder = holder[key]
+    return holder.trainable_variables[index]
 
 
 def _holder(namespaces: Namespaces, name):

@@ -92,7 +92,7 @@ def dumps(value, namespace=None, names_by_id=None) -> KerasPayload:
             type(value).__name__,
             optimizer_state(value),
             None,
-            None if built_over is None else [v.path for v in built_over],
+            None if built_over is None else [_path(v) for v in built_over],
             optimizer_variable_places=None if built_over is None else _places(built_over, namespace, names_by_id),
         )
     return KerasPayload(
@@ -236,14 +236,30 @@ def history_of(logs, params, epochs, model=None):
     return history
 
 
+def _path(variable) -> str:
+    """A Keras variable's path; a plain tf.Variable (keras.io's style transfer optimizes one) has its name only."""
+    return getattr(variable, "path", None) or variable.name
+
+
 def _places(variables, namespace, names_by_id) -> list | None:
-    """Each variable as (name, index) of a Keras object the receiver has by name; None unless all are found."""
+    """Each variable as (name, index) of a Keras object the receiver has by name, (name, (key, index)) of one in a
+    list or dict it has by name, or (name, None) for a variable the receiver has by name itself (a notebook
+    `tf.Variable` a custom loop optimizes); None unless all are found."""
     where: dict = {}
     for name in names_by_id.values():
         holder = (namespace or {}).get(name)
         if is_keras_saveable(holder) and not is_optimizer(holder):
             for index, variable in enumerate(getattr(holder, "trainable_variables", [])):
                 where.setdefault(id(variable), (name, index))
+        elif type(holder) in (list, tuple, dict):  # `nets = {"actor": ..., "critic": ...}` under one optimizer
+            for key, item in holder.items() if type(holder) is dict else enumerate(holder):
+                if is_keras_saveable(item) and not is_optimizer(item):
+                    for index, variable in enumerate(getattr(item, "trainable_variables", [])):
+                        where.setdefault(id(variable), (name, (key, index)))
+    unplaced = {id(v) for v in variables} - set(where)
+    for name, value in (namespace or {}).items() if unplaced else ():
+        if id(value) in unplaced and not name.startswith("_"):
+            where.setdefault(id(value), (name, None))
     found = [where.get(id(v)) for v in variables]
     return found if all(found) else None
 

@@ -276,3 +276,49 @@ def test_agents_in_a_list_with_their_networks_in_a_dict_and_one_optimizer_over_b
         assert int(agent.optimizer.iterations.numpy()) == 5
         for got, want in zip(agent.nets["actor"].get_weights(), expected[i]):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+NETS = """
+import numpy as np
+import keras
+import tensorflow as tf
+
+keras.utils.set_random_seed(0)
+
+
+def net():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+
+
+nets = {"actor": net(), "critic": net()}
+ensemble = [net(), net()]
+optimizer = keras.optimizers.Adam(1e-2)
+ensemble_optimizer = keras.optimizers.Adam(1e-2)
+x = np.random.rand(64, 4).astype("float32")
+y = np.random.rand(64, 2).astype("float32")
+"""
+
+NETS_TRAIN = """
+for _ in range(5):
+    variables = nets["actor"].trainable_variables + nets["critic"].trainable_variables
+    with tf.GradientTape() as tape:
+        loss = keras.ops.mean((nets["actor"](x) + nets["critic"](x) - y) ** 2)
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    variables = ensemble[0].trainable_variables + ensemble[1].trainable_variables
+    with tf.GradientTape() as tape:
+        loss = keras.ops.mean((ensemble[0](x) + ensemble[1](x) - y) ** 2)
+    ensemble_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+"""
+
+
+def test_an_optimizer_over_the_models_of_a_notebook_dict_or_list_comes_back_with_its_state(shell):
+    """The optimizer came back as an unbuilt copy (iterations 0): its variables were placed only in models the
+    notebook has by a name of their own, not in a dict or list of them."""
+    ns = cell(shell, NETS)
+    optimizers = ns["optimizer"], ns["ensemble_optimizer"]
+    ns = cell(shell, NETS_TRAIN, distribute=True)
+    assert (ns["optimizer"], ns["ensemble_optimizer"]) == optimizers
+    for optimizer in optimizers:
+        assert optimizer.built and int(optimizer.iterations.numpy()) == 5
+    cell(shell, NETS_TRAIN)  # goes on in one process from that state
+    assert int(ns["optimizer"].iterations.numpy()) == 10
