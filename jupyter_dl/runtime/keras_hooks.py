@@ -512,6 +512,34 @@ def _average_where_apart(variables, name):
             variable.assign(averaged.astype(variable.dtype))
 
 
+def _counted_names(keras, model):
+    """Names of the model's metrics whose result is a count over the samples seen (the imbalanced-data tutorial's
+    TruePositives, FalsePositives, TrueNegatives, FalseNegatives; Sum): summed across ranks, not averaged."""
+    kinds = tuple(
+        kind
+        for kind in (
+            getattr(keras.metrics, name, None)
+            for name in ("TruePositives", "FalsePositives", "TrueNegatives", "FalseNegatives", "Sum")
+        )
+        if isinstance(kind, type)
+    )
+    names, pending, seen = set(), list(getattr(model, "metrics", None) or []), set()
+    while pending:
+        metric = pending.pop()
+        if id(metric) in seen:
+            continue
+        seen.add(id(metric))
+        if isinstance(metric, kinds):
+            names.add(metric.name)
+        try:
+            inner = getattr(metric, "metrics", None)
+        except Exception:  # a container not built yet
+            inner = None
+        if isinstance(inner, (list, tuple)):
+            pending.extend(inner)
+    return names
+
+
 def _is_a(callback, class_name) -> bool:
     return any(c.__name__ == class_name for c in type(callback).__mro__)
 
@@ -577,8 +605,14 @@ def _make_sync_callback(
             if logs:
                 keys = sorted(logs)
                 # Each rank's metrics weigh by its share of the samples (of the global batch with --balance, of the
-                # validation data, which is split whole): the mean over all samples, as with one rank.
-                weights = [validation_weight if k.startswith("val_") else weight for k in keys]
+                # validation data, which is split whole): the mean over all samples, as with one rank. A count
+                # (TruePositives & co., Sum) is the sum over the ranks' samples instead, as with one rank.
+                counts = _counted_names(keras, self.model or model)
+                size = backend().rank_and_size()[1]
+                weights = [
+                    size if k.removeprefix("val_") in counts else validation_weight if k.startswith("val_") else weight
+                    for k in keys
+                ]
                 averaged = backend().average_scalars(
                     [float(logs[k]) * w for k, w in zip(keys, weights)], name=f"jdl.epoch.{epoch}"
                 )

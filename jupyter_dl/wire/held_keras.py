@@ -16,7 +16,7 @@ def held(value, named_ids) -> dict:
     their own (`named_ids`), which come back by that name."""
     if not object_state.of_a_notebook_class(value):
         return {}
-    found = {}
+    found: dict = {}
     for attribute, part in vars(value).items():
         if type(part) in (list, dict):
             items = part.items() if type(part) is dict else enumerate(part)

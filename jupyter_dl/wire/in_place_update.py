@@ -7,6 +7,7 @@ right. Where the objects do not fit (another architecture, a recompiled model), 
 """
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 
 from jupyter_dl.wire import construction, keras_objects
@@ -27,9 +28,27 @@ def update(existing, arrived, payload, namespaces: Namespaces) -> bool:
     """Copy `arrived`'s state into `existing`; False (nothing changed) when they do not fit, or when copying failed
     (then the caller binds `arrived` instead, as before in-place updates)."""
     try:
-        return _update(existing, arrived, payload, namespaces)
+        with _strategy_scope_of(existing):
+            return _update(existing, arrived, payload, namespaces)
     except Exception:  # a Keras object this module did not foresee: the rebuilt copy is still right
         return False
+
+
+def _strategy_scope_of(existing):
+    """The scope of the tf.distribute strategy the notebook made `existing` under (tensorflow.org's "Distributed
+    training with Keras" builds and compiles its model in `with strategy.scope():` in a plain cell): building its
+    optimizer for the state that came back, or compiling it again, must run in it, as its fit does in one process
+    (outside it TensorFlow raises 'Need to be inside "with strategy.scope()"'). A null context otherwise."""
+    strategy = getattr(existing, "_distribute_strategy", None) or getattr(existing, "_distribution_strategy", None)
+    if strategy is None:
+        optimizer = getattr(existing, "optimizer", None)
+        strategy = getattr(optimizer, "_distribution_strategy", None)
+    tf = sys.modules.get("tensorflow")
+    if strategy is None or tf is None or not hasattr(strategy, "scope") or tf.distribute.has_strategy():
+        return contextlib.nullcontext()
+    if strategy is tf.distribute.get_strategy():  # the default strategy: no scope to enter
+        return contextlib.nullcontext()
+    return strategy.scope()
 
 
 def _update(existing, arrived, payload, namespaces: Namespaces) -> bool:
@@ -123,7 +142,9 @@ def update_each(existing, arrived) -> bool:
     its arrived copy's variables and optimizer state, so the notebook's container and models stay its own. False,
     changing nothing, unless every model fits its copy (then the arrived container is bound instead)."""
     try:
-        return _update_each(existing, arrived)
+        models = existing.values() if isinstance(existing, dict) else existing
+        with _strategy_scope_of(next(iter(models), None)):
+            return _update_each(existing, arrived)
     except Exception:  # a container this module did not foresee: the arrived one is bound instead
         return False
 

@@ -251,8 +251,8 @@ def _places(variables, namespace, names_by_id) -> list | None:
         if is_keras_saveable(holder) and not is_optimizer(holder):
             for index, variable in enumerate(getattr(holder, "trainable_variables", [])):
                 where.setdefault(id(variable), (name, index))
-        elif type(holder) in (list, tuple, dict):  # `nets = {"actor": ..., "critic": ...}` under one optimizer
-            for key, item in holder.items() if type(holder) is dict else enumerate(holder):
+        elif isinstance(holder, (list, tuple, dict)):  # `nets = {"actor": ..., "critic": ...}`, one optimizer
+            for key, item in holder.items() if isinstance(holder, dict) else enumerate(holder):
                 if is_keras_saveable(item) and not is_optimizer(item):
                     for index, variable in enumerate(getattr(item, "trainable_variables", [])):
                         where.setdefault(id(variable), (name, (key, index)))
