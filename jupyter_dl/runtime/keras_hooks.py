@@ -237,9 +237,9 @@ class KerasHooks:
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
         # Rank 0's BackupAndRestore may resume an interrupted fit from a later epoch: every rank starts there.
-        restores = any(_is_a(cb, "BackupAndRestore") for cb in callbacks)
+        restores = any(_is_a(cb, ("BackupAndRestore",)) for cb in callbacks)
         if self.rank != 0:
-            kept = [(i, cb) for i, cb in kept if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)]
+            kept = [(i, cb) for i, cb in kept if not _is_a(cb, _ROOT_ONLY_CALLBACKS)]
             callbacks = [cb for _, cb in kept]
             kwargs["verbose"] = 0
         # First in the list: later callbacks (user's, History, progress bar) see the averaged epoch logs.
@@ -284,9 +284,7 @@ class KerasHooks:
             callbacks = _cell_callbacks(kwargs.get("callbacks"))
             extra = self._our_callbacks(model, x, kwargs, None, None)
             if self.rank != 0:
-                callbacks = [
-                    cb for cb in callbacks if not any(c.__name__ in _ROOT_ONLY_CALLBACKS for c in type(cb).__mro__)
-                ]
+                callbacks = [cb for cb in callbacks if not _is_a(cb, _ROOT_ONLY_CALLBACKS)]
                 kwargs["verbose"] = 0
             kwargs["callbacks"] = extra + callbacks
             with batch_counts.in_one_process_batches(callbacks, 1), self._traced_with_hooks(model):
@@ -540,8 +538,9 @@ def _counted_names(keras, model):
     return names
 
 
-def _is_a(callback, class_name) -> bool:
-    return any(c.__name__ == class_name for c in type(callback).__mro__)
+def _is_a(callback, class_names) -> bool:
+    """Whether the callback is of one of these Keras classes (by name: tf.keras' and keras' alike), or a subclass."""
+    return any(c.__name__ in class_names for c in type(callback).__mro__)
 
 
 def _rank_0_s_initial_epoch(keras, number):
