@@ -268,22 +268,23 @@ def _neither_sees_nor_cancels_the_others_job(ada, ben, first_slurm_id, conf):
     assert _slurm_jobs()["jdl-first"][1] == "RUNNING" and _job(ada, "first")["state"] == "running"
 
 
-def test_interrupting_a_queued_job_cancels_its_slurm_job(users, kernels):
-    """The job's allocation is held in Slurm's queue (sbatch reads $SBATCH_HOLD: a user hold, as `scontrol hold` sets),
-    so it waits whatever else runs; interrupting the kernel ends the wait and scancel removes it from the queue."""
+def test_interrupting_a_queued_job_cancels_its_slurm_job(users, kernels, slurm):
+    """Both nodes are drained (as an admin drains them for maintenance), so the job's allocation waits in Slurm's queue
+    whatever else runs; interrupting the kernel ends the wait and scancel removes it from the queue.
+    (Not $SBATCH_HOLD set with %env: the allocation started anyway in 2 of 7 runs here, under load, cause not found.)"""
     ben, kernel = users[BEN], kernels[BEN]
-    kernel.run("%env SBATCH_HOLD=1")
+    slurm_nodes.drain(NODES)
     try:
         cell = kernel.execute(HOLD_CELL.format(n=2, name="given-up", marker="/nonexistent"))
         kernel.wait(cell, until=lambda _: (_job(ben, "given-up") or {}).get("state") == "queued")
         assert not cell.done, cell.text
         slurm_id, state, *_ = _wait(lambda: _slurm_jobs().get("jdl-given-up"), "given-up in squeue")
-        assert state == "PENDING"
+        assert state == "PENDING", f"{_slurm_jobs()}\n{slurm_nodes.story(slurm['root'])}"
         reply = requests.post(f"{ben['url']}api/kernels/{kernel.kernel_id}/interrupt", headers=_auth(ben), timeout=30)
         assert reply.status_code == 204, reply.text
         kernel.wait(cell, timeout=60)
     finally:
-        kernel.run("%env SBATCH_HOLD=")
+        slurm_nodes.resume(NODES)
     assert cell.error == ("JobInterrupted", "interrupted; the notebook's names were not updated"), cell.text
     # Cancelled at once (scancel): gone from Slurm's queue.
     _wait(lambda: "jdl-given-up" not in _slurm_jobs(), f"Slurm job {slurm_id} gone from squeue", 15)

@@ -148,6 +148,22 @@ def node_states() -> dict:
     return dict(line.split() for line in lines.splitlines() if line.strip())
 
 
+def drain(names):
+    """Nothing new starts on these nodes (what running jobs hold they keep): jobs wait in the queue."""
+    _update_nodes(names, "State=DRAIN", "Reason=jupyter-dl-test")
+
+
+def resume(names):
+    _update_nodes(names, "State=RESUME")
+
+
+def _update_nodes(names, *settings):
+    done = subprocess.run(
+        ["scontrol", "update", f"NodeName={','.join(names)}", *settings], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def wait_until(done, message, daemons, root, timeout=60):
     deadline = time.monotonic() + timeout
     while not done():
