@@ -11,6 +11,7 @@ checks that it has no Python thread before it forks, and serves no fork otherwis
 """
 
 import atexit
+import contextlib
 import importlib
 import io
 import os
@@ -69,6 +70,20 @@ def serve(path: str, kernel_pid: int, niceness: int = 0):
         for fd in fds:
             os.close(fd)
         conn.close()  # the engine holds its own copy; a stand-in whose request was not served starts a plain engine
+    listener.close()
+    _remove_folder(path)
+
+
+def _remove_folder(path: str):
+    """The kernel is gone without stopping this server (killed, or restarted from the notebook's menu), so nobody
+    else removes the folder it made for the socket: each such kernel left one in the temp folder. Only the files the
+    server and the kernel put there go, then the folder if that emptied it (never a folder with anything else)."""
+    folder = os.path.dirname(path)
+    for name in (path, path + ".ready", os.path.join(folder, "server.log")):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 def _fork_engine(listener, conn, request, fds):

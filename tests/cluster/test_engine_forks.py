@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -114,6 +115,30 @@ def test_the_engine_writes_to_the_stand_in_s_output_and_a_dead_server_leaves_a_p
     assert "IPEngine" in done.stdout  # the engine's own help, on the stand-in's stdout (passed to the fork)
     fell_back = "the engine fork server is not running; starting a plain engine" in done.stderr
     assert fell_back == (not server_running), done.stderr[-2000:]
+
+
+def test_a_server_whose_kernel_is_gone_ends_and_removes_its_folder():
+    """A kernel killed (a restart from the notebook's menu kills it) cannot stop its fork server: the server sees the
+    kernel gone, ends, and removes its folder, which every such kernel used to leave in the temp folder."""
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    folder = tempfile.mkdtemp(prefix="jdl-engines-")  # as ForkServer makes it, with the server's log in it
+    socket_path = os.path.join(folder, "forks.sock")
+    with open(os.path.join(folder, "server.log"), "ab") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_dl.runtime.engine_forks", socket_path, str(kernel.pid)],
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _until(lambda: os.path.exists(socket_path + ".ready"), timeout=120)  # imported, serving
+        kernel.kill()
+        kernel.wait()
+        assert server.wait(30) == 0
+    finally:
+        kernel.kill()
+        server.kill()
+    assert not os.path.exists(folder)
 
 
 @pytest.mark.fast
