@@ -1,6 +1,8 @@
 """Shared fixtures. Everything here is real: a local ipyparallel cluster with 2 engines, Horovod over gloo."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -12,6 +14,10 @@ os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="jdl-test-ipython-")
 
 import numpy as np
 import pytest
+
+# Both go with the run (each run left its two folders in the temp folder: 486 pairs here).
+for _folder in (os.environ["JUPYTER_DATA_DIR"], os.environ["IPYTHONDIR"]):
+    atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
