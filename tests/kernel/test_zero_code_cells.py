@@ -576,17 +576,7 @@ def _setup(shell, digits, setup, backend="auto"):
 @pytest.mark.parametrize("spec", CASES)
 @pytest.mark.parametrize("backend", ["horovod", "tf"])
 def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec, backend):
-    # One process, no jupyter-dl: the reference.
-    _setup(shell, digits, spec["setup"])
-    _run(shell, spec["cell"])
-    local_score = float(eval(spec["score"], shell.user_ns))
-    local_magnitude = _magnitude(shell.user_ns[spec["models"][0]])
-    if spec["local_teardown"]:
-        _run(shell, spec["local_teardown"])
-    for name in [
-        n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
-    ]:
-        shell.user_ns.pop(name)
+    local_score, local_magnitude = _one_process(shell, digits, spec)
     capsys.readouterr()
 
     # The same cell on two ranks.
@@ -621,6 +611,27 @@ def test_everyday_cell_trains_correctly_on_two_ranks(shell, digits, capsys, spec
         assert abs(distributed_score - local_score) <= ACCURACY_TOLERANCE
     else:
         assert abs(distributed_score - local_score) <= LOSS_TOLERANCE * local_score
+
+
+_ONE_PROCESS: dict = {}  # (setup, cell) -> (score, sum |w|): each backend's case compares with the same run
+
+
+def _one_process(shell, digits, spec):
+    """The reference: the cell in one process, no jupyter-dl. It does not depend on the backend, so it runs once per
+    case, not once per backend (that was about a minute and a half of every test run)."""
+    key = (spec["setup"], spec["cell"])
+    if key not in _ONE_PROCESS:
+        _setup(shell, digits, spec["setup"])
+        _run(shell, spec["cell"])
+        score = float(eval(spec["score"], shell.user_ns))
+        _ONE_PROCESS[key] = (score, _magnitude(shell.user_ns[spec["models"][0]]))
+        if spec["local_teardown"]:
+            _run(shell, spec["local_teardown"])
+        for name in [
+            n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
+        ]:
+            shell.user_ns.pop(name)
+    return _ONE_PROCESS[key]
 
 
 def _regression(x_train, y_train, x_test, y_test, optimizer="sgd", learning_rate=0.05, batch_size=32):
