@@ -50,14 +50,12 @@ def digits():
 def shell(dl_session):
     """A real IPython shell with the extension loaded (magics run through IPython's own machinery)."""
     from IPython.core.interactiveshell import InteractiveShell
+    from notebook_cells import forget_cell_names
 
     ip = InteractiveShell.instance()
     ip.run_cell("%load_ext jupyter_dl", store_history=False)
     yield ip
-    for name in [
-        n for n in ip.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
-    ]:
-        ip.user_ns.pop(name, None)
+    forget_cell_names(ip)
 
 
 # The quick tier (`make test-fast`, `pytest -m fast`): each module says which of its tests need no engines, server,

@@ -188,6 +188,12 @@ def _wait(done, what, timeout=120):
     return result
 
 
+def _looked_at(name):
+    """squeue's fields of the job once Slurm's scheduler has looked at it (a reason other than None), else None."""
+    job = _slurm_jobs().get(name)
+    return job if job and job[2] != "(None)" else None
+
+
 def _values(kernel, name):
     return ast.literal_eval(kernel.run(f"print(repr({name}))").streams["stdout"].strip())
 
@@ -280,8 +286,7 @@ def test_interrupting_a_queued_job_cancels_its_slurm_job(users, kernels, slurm):
         kernel.wait(cell, until=lambda _: (_job(ben, "given-up") or {}).get("state") == "queued")
         assert not cell.done, cell.text
         # Slurm has looked at it (its reason is no longer None) and left it waiting.
-        _wait(lambda: _slurm_jobs().get("jdl-given-up", ("", "", "(None)"))[2] != "(None)", "a reason in squeue")
-        slurm_id, state, reason, *_ = _slurm_jobs()["jdl-given-up"]
+        slurm_id, state, reason, *_ = _wait(lambda: _looked_at("jdl-given-up"), "a reason in squeue")
         assert state == "PENDING", f"{reason}\n{slurm_nodes.story(slurm['root'])}"
         reply = requests.post(f"{ben['url']}api/kernels/{kernel.kernel_id}/interrupt", headers=_auth(ben), timeout=30)
         assert reply.status_code == 204, reply.text

@@ -11,6 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from notebook_cells import forget_cell_names
 
 ACCURACY_TOLERANCE = 0.06  # absolute, on digits' 397 held-out samples, after a few epochs
 LOSS_TOLERANCE = 0.35  # relative, for cells scored by a loss
@@ -627,10 +628,7 @@ def _one_process(shell, digits, spec):
         _ONE_PROCESS[key] = (score, _magnitude(shell.user_ns[spec["models"][0]]))
         if spec["local_teardown"]:
             _run(shell, spec["local_teardown"])
-        for name in [
-            n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
-        ]:
-            shell.user_ns.pop(name)
+        forget_cell_names(shell)
     return _ONE_PROCESS[key]
 
 

@@ -26,3 +26,11 @@ def close(distributed, one, factor, what):
     """Two ranks' value within `factor` of one process's (both finite)."""
     assert math.isfinite(distributed) and math.isfinite(one), (what, distributed, one)
     assert one / factor <= distributed <= one * factor, f"{what}: two ranks {distributed}, one process {one}"
+
+
+def forget_cell_names(shell):
+    """Drop what cells bound in the shell's namespace (IPython's own names stay): the next test starts clean."""
+    for name in [
+        n for n in shell.user_ns if not n.startswith("_") and n not in ("In", "Out", "exit", "quit", "get_ipython")
+    ]:
+        shell.user_ns.pop(name, None)
