@@ -7,9 +7,10 @@ came free, the pool wants GPUs back), rank 0 reads the request at the next epoch
 same collective, so they all leave at the same point with the same commit; the kernel runs the cell again on the new
 group, and each `fit` resumes from its commit (a finished one is restored, not trained again).
 
-An epoch is never split across groups: each epoch runs whole on one group, so every sample is seen once per epoch
-with every input kind (arrays, datasets, PyDatasets, generators) and the existing sharding applies unchanged. A rank
-lost mid-epoch costs the survivors that epoch's progress since the commit.
+A fit over in-memory arrays also commits every k steps inside an epoch: its samples follow one global order
+(elastic_batches.py), so a commit can say how much of the epoch is done and the next group, of any size, splits the
+rest. Other inputs (datasets, PyDatasets, generators) have the pipeline's order, which no commit can name: each of
+their epochs runs whole on one group, and a rank lost mid-epoch costs the survivors that epoch's progress.
 """
 
 import contextlib
@@ -72,7 +73,9 @@ class MemoryCommits:
             if rate is not None and commit["rate"] is not None:
                 rate.assign(self.updates.scaled(commit["rate"]))
 
-    def save(self, model, epoch, history):
+    def save(self, model, epoch, history, within=None):
+        """Commit after `epoch` (the last whole one); `within`: where in the next epoch, for a fit over a global
+        order (elastic_batches.py): {"epoch", "position" (samples consumed), "seed"}."""
         optimizer = model.optimizer
         rate = rate_variable(optimizer) if optimizer is not None else None
         _COMMIT_COUNTS[self.job_id] = _COMMIT_COUNTS.get(self.job_id, 0) + 1
@@ -80,7 +83,7 @@ class MemoryCommits:
             "model": [np.array(v.numpy()) for v in model.variables],
             "optimizer": [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None else [],
             "rate": self.updates.unscaled(float(rate.numpy())) if rate is not None else None,
-            "meta": {"epoch": epoch, "history": json.loads(json.dumps(history))},
+            "meta": {"epoch": epoch, "history": json.loads(json.dumps(history)), "within": within},
             "complete": False,
         }
 
@@ -225,13 +228,17 @@ def _read_board(board_url) -> str | None:
         return None
 
 
-def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs):
+def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs, within=None):
     """The last callback of an elastic job's fit: puts the committed callback state back when it resumes, commits at
     every epoch end, and leaves at the commit point when the kernel asks for a change (not after the last epoch:
-    the fit is done; the request waits for the next commit point, if the cell has one)."""
+    the fit is done; the request waits for the next commit point, if the cell has one). `within`: (the fit's
+    EpochOrder, k) for a fit over a global order, which also commits every k steps inside an epoch."""
     from jupyter_dl.wire import object_state
 
     _current_board[0] = board_url
+    order, every = within or (None, 0)
+    first_epoch = (resume["meta"]["epoch"] + 1) if resume else 0
+    resumed_at = ((resume or {}).get("meta", {}).get("within") or {}).get("position", 0)
 
     class ElasticCommit(keras.callbacks.Callback):
         def __init__(self):
@@ -240,6 +247,8 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             self.history = {"epochs": list(saved["epochs"]), "logs": {k: list(v) for k, v in saved["logs"].items()}}
 
         def on_train_begin(self, logs=None):
+            if order is not None:
+                order.fix_epoch_length()
             # After the cell's callbacks reset themselves in their own on_train_begin; the new rank 0's copy wins.
             states = backend().broadcast_object(commits.callback_states() if resume else None, name="jdl.elastic.cb")
             for index, callback in kept:
@@ -248,11 +257,30 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
                     attributes = {k: v for k, v in state["attributes"].items() if k != "params"}
                     object_state.restore(callback, {"attributes": attributes})
 
+        def on_epoch_begin(self, epoch, logs=None):
+            self._epoch, self._committed_steps = epoch, 0
+            self._start = resumed_at if epoch == first_epoch else 0  # samples of the epoch consumed before it
+
+        def on_train_batch_end(self, batch, logs=None):
+            """A commit point inside the epoch, every `every` steps (not at its end: on_epoch_end commits there)."""
+            steps = batch + 1  # Keras' index of the last step run (several with steps_per_execution)
+            if order is None or every <= 0 or steps - self._committed_steps < every:
+                return
+            position = order.position_after(self._start, steps)
+            if position >= order.total:
+                return
+            self._committed_steps, epoch = steps, self._epoch
+            commits.save(model, epoch - 1, self.history, {"epoch": epoch, "position": position, "seed": order.seed})
+            commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
+            where = f"after {position} of epoch {epoch + 1}'s {order.total} samples"
+            leave_if_asked(board_url, rank, f"{epoch}.{steps}", where)
+
         def on_epoch_end(self, epoch, logs=None):
             self.history["epochs"].append(epoch)
             for key, value in (logs or {}).items():
                 self.history["logs"].setdefault(key, []).append(float(value))
-            commits.save(model, epoch, self.history)
+            next_one = {"epoch": epoch + 1, "position": 0, "seed": order.seed} if order is not None else None
+            commits.save(model, epoch, self.history, next_one)
             commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
             if epoch + 1 < epochs and not self.model.stop_training:  # (EarlyStopping ends the fit here anyway)
                 leave_if_asked(board_url, rank, epoch, f"after epoch {epoch + 1}")

@@ -21,7 +21,7 @@ import math
 import socket
 import sys
 
-from jupyter_dl.runtime import batch_counts, downloads, file_writes, lr_callbacks, stall_watch
+from jupyter_dl.runtime import batch_counts, downloads, elastic_batches, file_writes, lr_callbacks, stall_watch
 from jupyter_dl.runtime.job_backend import backend
 from jupyter_dl.runtime.optimizer_hooks import DistributedUpdates
 from jupyter_dl.wire.lr_scale import lr_scale_factor
@@ -113,7 +113,8 @@ class KerasHooks:
         self.options = options  # the job's options, as the user gave them (wire/options.py)
         self.attempt = attempt  # 0 for a job's first run, then one more per restart
         self.balance = balance  # measure rank speeds at fit start and split the global batch by them
-        self.elastic = elastic  # an elastic job's (job id, board URL, segment): commits in memory (elastic.py)
+        # An elastic job's (job id, board URL, segment, commit every k batches): commits in memory (elastic.py).
+        self.elastic = elastic
         self.updates = DistributedUpdates(lr_scale_factor(options.lr_scale, size) * options.lr_multiplier, rank)
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
         self._traced_here: set = set()  # ids of train functions traced under these hooks (with the averaging)
@@ -203,7 +204,7 @@ class KerasHooks:
 
     # -------------------------------------------------------------------------------------------------- fit
     def _fit(self, model, x, y, args, kwargs):
-        from jupyter_dl.runtime.sharding import array_samples, shard_fit_inputs
+        from jupyter_dl.runtime.sharding import array_samples, shard_fit_inputs, split_off_validation
 
         if self.options.probe:  # --recommend: profile the cell's fit instead of running it
             from jupyter_dl.runtime.probe import probe_fit
@@ -217,8 +218,11 @@ class KerasHooks:
             return self._fit_whole_on_every_rank(model, x, y, args, kwargs, samples)
         balanced = self._balanced_inputs(model, x, y, kwargs) if self.balance else None
         shares = {"validation": 1.0}
+        whole = None  # an elastic fit's arrays before sharding, for a global order (elastic_batches.py)
         if balanced is None:
             self.updates.gradient_weight.assign(1.0)
+            if self.elastic is not None and not args:
+                whole = split_off_validation(x, y, kwargs)
             x, y, kwargs = shard_fit_inputs(x, y, kwargs, self.rank, self.size, shares)
         else:
             x, y, kwargs = balanced
@@ -235,6 +239,15 @@ class KerasHooks:
         if model.optimizer is not None:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
+        order = self._global_order(whole, resume) if whole is not None else None
+        if order is not None:  # this rank's share of each step of the global order, from where the commit left it
+            within = (resume or {}).get("meta", {}).get("within") or {}
+            first = kwargs.get("initial_epoch") or 0
+            start = within.get("position", 0) if within.get("epoch") == first else 0
+            x, y = order.dataset(first, start), None
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("batch_size", "sample_weight")}
+            kwargs["shuffle"] = False  # the order shuffles; Keras would warn that it cannot shuffle a dataset
+            kwargs["steps_per_epoch"] = order.steps(0)
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
         # Rank 0's BackupAndRestore may resume an interrupted fit from a later epoch: every rank starts there.
         restores = any(_is_a(cb, ("BackupAndRestore",)) for cb in callbacks)
@@ -248,12 +261,13 @@ class KerasHooks:
         if restores:
             last.insert(0, _rank_0_s_initial_epoch(self._keras, next(self._restores)))
         if self.elastic is not None:  # after the user's callbacks: a commit holds what they did with the epoch
-            last.append(self._commit_callback(model, epochs, checkpoint, resume, kept))
+            last.append(self._commit_callback(model, epochs, checkpoint, resume, kept, order))
         kwargs["callbacks"] = extra + callbacks + last
         with (
             lr_callbacks.in_single_rank_units(callbacks, self.updates, model.optimizer),
             batch_counts.in_one_process_batches(callbacks, self.size),
-            self._traced_with_hooks(model),
+            self._traced_with_hooks(model, order.seen_by_fit if order is not None else None),
+            elastic_batches.resumed_epochs_quiet() if order is not None else contextlib.nullcontext(),
         ):
             history = self._orig_fit(model, x, y, *args, **kwargs)
         # Rank 0's callbacks may still be writing (ModelCheckpoint's best model): no rank goes on, perhaps to read
@@ -327,8 +341,9 @@ class KerasHooks:
         return ours
 
     @contextlib.contextmanager
-    def _traced_with_hooks(self, model):
-        """Run fit with a train step traced under these hooks, without XLA; the model's own settings come back."""
+    def _traced_with_hooks(self, model, show_epoch_iterator=None):
+        """Run fit with a train step traced under these hooks, without XLA; the model's own settings come back.
+        `show_epoch_iterator`, when given, is called with fit's epoch iterator once Keras has built the model."""
         jit = model._jit_compile  # None until "auto" is resolved, which picks XLA on a GPU
         model._jit_compile = False
         if model.train_function is not None and id(model.train_function) not in self._traced_here:
@@ -340,11 +355,19 @@ class KerasHooks:
             # first batch before tracing under a tf.distribute strategy; the same here, so every rank starts equal.
             # (A VAE or a GAN over built parts has nothing to build: it trains through its own train_step.)
             model._maybe_symbolic_build = functools.partial(_build_before_tracing, model)
+        if show_epoch_iterator is not None:
+            build = model._maybe_symbolic_build
+
+            def build_and_show(iterator=None, data_batch=None):
+                build(iterator=iterator, data_batch=data_batch)
+                show_epoch_iterator(iterator)
+
+            model._maybe_symbolic_build = build_and_show
         self.updates.in_fit = True
         try:
             yield
         finally:
-            if unbuilt:
+            if unbuilt or show_epoch_iterator is not None:
                 model.__dict__.pop("_maybe_symbolic_build", None)
             self.updates.in_fit = False
             self.updates.unscale_all()  # code after fit in the cell reads the same batches on every rank
@@ -396,11 +419,29 @@ class KerasHooks:
             )
         return x, y, kwargs
 
-    def _commit_callback(self, model, epochs, checkpoint, resume, kept):
+    def _commit_callback(self, model, epochs, checkpoint, resume, kept, order):
         from jupyter_dl.runtime import elastic
 
-        _, board, _ = self.elastic
-        return elastic.commit_callback(self._keras, model, checkpoint, resume, kept, board, self.rank, epochs)
+        _, board, _, every = self.elastic
+        within = (order, every) if order is not None else None
+        return elastic.commit_callback(self._keras, model, checkpoint, resume, kept, board, self.rank, epochs, within)
+
+    def _global_order(self, whole, resume):
+        """An elastic fit over plain arrays: the global sample order that lets a group change inside an epoch (its
+        seed rank 0's, or the commit's when resuming), or None where commits stay at epoch ends."""
+        x, y, kwargs = whole
+        if self.elastic[3] <= 0 or kwargs.get("steps_per_epoch") or not elastic_batches.plain_arrays(
+            x, y, kwargs.get("sample_weight")
+        ):
+            return None
+        seed = ((resume or {}).get("meta", {}).get("within") or {}).get("seed")
+        if seed is None:
+            seed = backend().broadcast_object(elastic_batches.seed_from_numpy(), name=f"jdl.elastic.seed.{self._fits}")
+        batch = kwargs.get("batch_size") or 32
+        shuffle = kwargs.get("shuffle", True) is not False
+        return elastic_batches.EpochOrder(
+            x, y, kwargs.get("sample_weight"), batch, self.rank, self.size, shuffle, seed
+        )
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""
@@ -411,7 +452,7 @@ class KerasHooks:
         if self.elastic is not None:
             from jupyter_dl.runtime.elastic import MemoryCommits
 
-            job_id, _, segment = self.elastic
+            job_id, _, segment, _ = self.elastic
             checkpoint, again = MemoryCommits(job_id, index, self.updates), segment > 0
         else:
             from jupyter_dl.runtime.checkpoints import FitCheckpoint

@@ -198,7 +198,7 @@ def array_samples(x) -> int | None:
 def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators.
     `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""
-    x, y, kwargs = _split_off_validation(x, y, kwargs)
+    x, y, kwargs = split_off_validation(x, y, kwargs)
     if _is_dataset(x) and kwargs.get("steps_per_epoch") is None and x.cardinality() >= size and _caches(x):
         x, kwargs["steps_per_epoch"] = _cached_share(x, rank, size)  # global steps: made per rank below
     elif _is_dataset(x):
@@ -233,7 +233,7 @@ def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     return x, y, kwargs
 
 
-def _split_off_validation(x, y, kwargs):
+def split_off_validation(x, y, kwargs):
     """validation_split on arrays, done before sharding as Keras does it (the last fraction of the samples), so
     the ranks validate on the samples one process would."""
     split = kwargs.get("validation_split") or 0.0

@@ -51,3 +51,4 @@ class RankSpec:
     # a group this is (0 the first; later ones resume each fit from the commits in the survivors' memory).
     elastic_board: str = ""
     segment: int = 0
+    commit_every: int = 0  # an elastic fit over arrays also commits every this many steps inside an epoch (0: no)

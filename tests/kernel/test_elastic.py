@@ -54,7 +54,8 @@ model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation=
                           keras.layers.Dense(10, activation="softmax")])
 model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
               metrics=["accuracy", Seen()])
-history = model.fit(x_train, y_train, epochs=EPOCHS, batch_size=32, verbose=0, callbacks=[Scenario()])
+# In order (no shuffle): the fixed path's strided batches and the elastic global order's are then the same.
+history = model.fit(x_train, y_train, epochs=EPOCHS, batch_size=32, verbose=0, callbacks=[Scenario()], shuffle=False)
 """
 
 
@@ -149,6 +150,135 @@ def test_the_survivors_of_a_killed_rank_go_on_from_the_last_commit(session, digi
     assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
     print(f"{backend}: job with a killed rank took {took:.1f}s; groups {membership}")
     assert "lost rank 1 on" in capsys.readouterr().err
+
+
+# The same classifier, shuffled, with each sample's id in y's second column: every rank saves after each step how
+# often it trained on each sample in this epoch (RECORDS/e{epoch}-n{size}-r{rank}-{run}.npy). At step AT_STEP of
+# epoch AT_EPOCH on AT_SIZE ranks, rank 0 waits for the kernel's change, or rank 1 dies (KILL).
+WITHIN_EPOCH_CELL = """
+import os, time
+import numpy as np
+import keras
+from jupyter_dl.runtime import elastic
+from jupyter_dl.runtime.job_backend import backend
+
+keras.utils.set_random_seed(1)
+RUN = f"{os.getpid()}-{time.time_ns()}"
+
+class Seen(keras.metrics.Metric):
+    def __init__(self, name="seen", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.counts = self.add_variable(shape=(len(x_train),), initializer="zeros", name="counts")
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        ids = keras.ops.cast(y_true[:, 1], "int32")
+        self.counts.assign_add(keras.ops.sum(keras.ops.one_hot(ids, len(x_train)), axis=0))
+    def result(self):
+        return keras.ops.sum(self.counts)
+
+def loss(y_true, y_pred):
+    return keras.losses.sparse_categorical_crossentropy(y_true[:, 0], y_pred)
+
+def accuracy(y_true, y_pred):
+    return keras.metrics.sparse_categorical_accuracy(y_true[:, 0], y_pred)
+
+seen = Seen()
+
+class Scenario(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+    def on_train_batch_end(self, batch, logs=None):
+        rank, size = backend().rank_and_size()
+        with open(os.path.join(RECORDS, f"e{self.epoch}-n{size}-r{rank}-{RUN}.npy"), "wb") as record:
+            np.save(record, seen.counts.numpy())  # (into an open file: np.save(path) is rank 0's alone in fit)
+        if (self.epoch, batch + 1, size) != (AT_EPOCH, AT_STEP, AT_SIZE):
+            return
+        if KILL and rank == 1:
+            os._exit(1)  # the engine dies as a killed process does
+        if not KILL and rank == 0:
+            open(os.path.join(RECORDS, "go"), "w").close()  # the test's kernel may decide from now on
+            deadline = time.monotonic() + 120
+            while not elastic.pending_change() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer=keras.optimizers.Adam(0.002), loss=loss, metrics=[accuracy, seen])
+history = model.fit(x_train, y_ids, epochs=4, batch_size=32, verbose=0, callbacks=[Scenario()])
+"""
+WITHIN_SAMPLES = 1280  # 20 steps of 2 x 32 per epoch, 10 of 4 x 32: every split leaves no sample out
+
+
+def _run_within(session, digits, n, backend, records, at=(1, 6, 2), kill=False):
+    x, y = digits["x_train"][:WITHIN_SAMPLES], digits["y_train"][:WITHIN_SAMPLES]
+    namespace = {
+        "x_train": x,
+        "y_ids": np.stack([y, np.arange(len(y))], axis=1).astype("float32"),
+        "RECORDS": str(records),
+        "AT_EPOCH": at[0],
+        "AT_STEP": at[1],
+        "AT_SIZE": at[2],
+        "KILL": kill,
+    }
+    records.mkdir(exist_ok=True)
+    result = session.runner.run(CellWork(WITHIN_EPOCH_CELL, namespace, 2), RunOptions(n=n, backend=backend))
+    return result, result.values["history"]
+
+
+def _times_each_sample_was_trained(records) -> dict:
+    """{(epoch, group size): per-sample counts summed over the ranks of that size}, from the ranks' last saves."""
+    counts: dict = {}
+    for path in records.glob("e*.npy"):
+        epoch, size = (int(part[1:]) for part in path.name.split("-")[:2])
+        counts[(epoch, size)] = counts.get((epoch, size), 0) + np.load(path)
+    return counts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest_of_it_once(
+    session, digits, backend, tmp_path, monkeypatch
+):
+    from jupyter_dl.kernel.job.elastic import ElasticGroups
+
+    monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
+    fixed, fixed_history = _run_within(session, digits, 2, backend, tmp_path / "fixed", at=(-1, 0, 0))
+    # The kernel grows the job only once rank 0 reached step 6 of epoch 1 (its "go"): the next commit point, after
+    # step 8, is where the group changes, however fast the new engines start.
+    gate, decide = tmp_path / "elastic" / "go", ElasticGroups.wanted_change
+    monkeypatch.setattr(ElasticGroups, "wanted_change", lambda groups, ids: decide(groups, ids) if gate.exists() else None)
+    result, history = _run_within(session, digits, (2, 4), backend, tmp_path / "elastic")
+    membership = result.job.membership
+    assert [change["n"] for change in membership] == [2, 4] and membership[1]["reason"].startswith("grew: ")
+    assert result.job.state == "succeeded" and result.diverged is None  # the 4 ranks ended with equal weights
+    assert history.epoch == [0, 1, 2, 3]
+    counts = _times_each_sample_was_trained(tmp_path / "elastic")
+    # Epoch 1 ran on both groups: 2 ranks to the commit after step 8 (8 x 64 samples), 4 ranks for the rest.
+    assert sorted(counts) == [(0, 2), (1, 2), (1, 4), (2, 4), (3, 4)]
+    assert counts[(1, 2)].sum() == 8 * 64 and counts[(1, 4)].sum() == WITHIN_SAMPLES - 8 * 64
+    for epoch in range(4):  # every sample once in every epoch, whichever group trained it
+        seen = sum(count for (e, _), count in counts.items() if e == epoch)
+        assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+    assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
+
+
+def test_the_survivors_of_a_rank_killed_in_the_middle_of_an_epoch_go_on_from_its_last_commit(
+    session, digits, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
+    started = time.monotonic()
+    # Rank 1 dies right after step 8 of epoch 1, a commit point, which rank 0 committed before it failed.
+    result, history = _run_within(session, digits, (1, 2), "horovod", tmp_path, at=(1, 8, 2), kill=True)
+    took = time.monotonic() - started
+    membership = result.job.membership
+    assert [change["n"] for change in membership][:2] == [2, 1]
+    assert membership[1]["reason"] == "lost rank 1 on " + result.job.hosts[0]
+    assert result.job.state == "succeeded" and result.diverged is None and history.epoch == [0, 1, 2, 3]
+    counts = _times_each_sample_was_trained(tmp_path)
+    # The 2 ranks' part of epoch 1 is what rank 0 committed; the survivor (perhaps grown back meanwhile) the rest.
+    assert counts[(1, 2)].sum() == 8 * 64 and (1, 1) in counts
+    for epoch in range(4):
+        seen = sum(count for (e, _), count in counts.items() if e == epoch)
+        assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+    print(f"job with a rank killed mid-epoch took {took:.1f}s; groups {membership}")
 
 
 TWO_FITS_CELL = """

@@ -115,6 +115,13 @@ class JobRunner(Configurable):
         help="Seconds an elastic job (-n MIN:MAX) waits for engines that are still starting before it grows into "
         "the ones ready: each change costs a commit point and a new group, so growing once into all is cheaper.",
     ).tag(config=True)
+    elastic_commit_steps = Integer(
+        10,
+        help="An elastic job's fit over in-memory arrays commits every this many steps inside an epoch too, where "
+        "the group may change and a lost rank's survivors go on from (the rest of the epoch is split over the new "
+        "group). Each commit copies the model and optimizer state in every rank's memory and asks the kernel "
+        "once; 0 commits at epoch ends only, as for other inputs.",
+    ).tag(config=True)
     point_budget = Integer(
         2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
     ).tag(config=True)
@@ -419,6 +426,7 @@ class JobRunner(Configurable):
         board = ElasticBoard(address) if groups is not None else None
         if board is not None:
             base.elastic_board, base.segment = board.url(address), jr.segment
+            base.commit_every = self.elastic_commit_steps
         try:
             environments = rendezvous.environments(address, interfaces)
             ars = [

@@ -1,0 +1,149 @@
+"""Engine side of an elastic job's `fit` over in-memory arrays: one global sample order per epoch, so that a group
+can change in the middle of an epoch and the next group trains exactly the samples the last one had not reached.
+
+Every rank draws the same permutation of all samples for epoch e (from a seed rank 0 chose, kept in the job's
+commits), and each global step takes the next `size x batch` samples of it, rank r every size-th from the r-th: the
+strided split of the fixed path (runtime/sharding.py), so without shuffling a group trains on exactly the batches a
+fixed run of its size would. A commit records how many samples of the epoch the group has consumed; the next group,
+of any size, starts its first epoch there. The last global step of an epoch splits what is left equally (at most
+size-1 samples dropped, as the fixed path drops).
+
+Keras' own shuffle of arrays draws inside TensorFlow and cannot be replayed on another group, hence this order. Other
+inputs (datasets, PyDatasets, generators) keep epoch-level commits: their order is the pipeline's.
+"""
+
+import contextlib
+import itertools
+import warnings
+
+import numpy as np
+
+# Keras' words when an epoch of unknown length ends early: the resumed epoch does on purpose.
+_RAN_OUT = "Your input ran out of data"
+
+
+def plain_arrays(*structures) -> bool:
+    """Whether every leaf of the given structures (x, y, sample_weight; None skipped) is a NumPy array or can be read
+    as one (a frame, a tensor): what a global order can index."""
+    import tensorflow as tf
+
+    leaves = [leaf for s in structures if s is not None for leaf in tf.nest.flatten(_as_tuples(s))]
+    return bool(leaves) and all(_readable(leaf) for leaf in leaves)
+
+
+def _readable(leaf) -> bool:
+    if isinstance(leaf, np.ndarray):
+        return leaf.dtype != object
+    module = type(leaf).__module__
+    return module.startswith(("pandas", "tensorflow")) and hasattr(leaf, "shape")
+
+
+def _as_tuples(structure):
+    """Lists become tuples (tf.data reads a list as one tensor); leaves become NumPy arrays."""
+    if isinstance(structure, dict):
+        return {k: _as_tuples(v) for k, v in structure.items()}
+    if isinstance(structure, (list, tuple)):
+        return tuple(_as_tuples(v) for v in structure)
+    return structure if isinstance(structure, np.ndarray) else np.asarray(structure)
+
+
+def seed_from_numpy() -> int:
+    """A seed for the global order from NumPy's global generator, without drawing from it: a notebook that seeded
+    NumPy gets the same order on every run, and the cell's own draws stay as they would be."""
+    import zlib
+
+    keys, position = np.random.get_state()[1:3]
+    return zlib.crc32(keys.tobytes()) ^ int(position)
+
+
+class EpochOrder:
+    """The global order of one elastic fit's samples, and this rank's share of each step of it."""
+
+    def __init__(self, x, y, sample_weight, batch, rank, size, shuffle, seed):
+        self.data = tuple(_as_tuples(s) for s in (x, y, sample_weight) if s is not None)
+        self.batch, self.rank, self.size, self.shuffle, self.seed = batch, rank, size, shuffle, seed
+        import tensorflow as tf
+
+        first = tf.nest.flatten(self.data)[0]
+        self.total = len(first)
+        if self.total // size == 0:
+            raise ValueError(f"{self.total} samples cannot be split across {size} ranks; use fewer ranks (-n)")
+        self._tf = tf
+
+    # ------------------------------------------------------------------------------------------------ positions
+    def steps(self, position=0) -> int:
+        """Global steps an epoch takes from `position` (samples of it already consumed) to its end."""
+        left = self.total - position
+        full, tail = divmod(left, self.size * self.batch)
+        return full + (1 if tail // self.size else 0)
+
+    def position_after(self, start, steps_done) -> int:
+        """Samples of the epoch consumed once `steps_done` steps ran from `start` (the end: the whole epoch)."""
+        if steps_done >= self.steps(start):
+            return self.total
+        return start + steps_done * self.size * self.batch
+
+    def order(self, epoch) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.total)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.total)
+
+    def rank_indices(self, epoch, start=0):
+        """This rank's sample indices for each step of `epoch` from `start`."""
+        order, step_samples = self.order(epoch), self.size * self.batch
+        position = start
+        while position < self.total:
+            span = min(step_samples, self.total - position)
+            each = span // self.size
+            if each == 0:
+                return
+            yield order[position + self.rank : position + each * self.size : self.size]
+            position += span
+
+    # ------------------------------------------------------------------------------------------------- for fit
+    def dataset(self, first_epoch, start):
+        """A dataset Keras re-reads every epoch: the first read is `first_epoch` from `start`, each later read the
+        next epoch whole. Reads count from the first one Keras makes after `counting()` (not its look at the first
+        batch while building the model)."""
+        tf = self._tf
+        epochs = itertools.count(first_epoch)
+        self._reads = {"counting": False, "epochs": epochs, "first": first_epoch, "start": start}
+
+        def batches():
+            if self._reads["counting"]:
+                epoch = next(self._reads["epochs"])
+                begin = start if epoch == first_epoch else 0
+            else:
+                epoch, begin = first_epoch, start
+            for indices in self.rank_indices(epoch, begin):
+                yield tf.nest.map_structure(lambda a, i=indices: a[i], self.data)
+
+        signature = tf.nest.map_structure(
+            lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.constant(a[:1]).dtype), self.data
+        )
+        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+
+    def seen_by_fit(self, epoch_iterator):
+        """Keras built the model (perhaps reading a first batch): from now on each read of the dataset is the next
+        epoch. `epoch_iterator` is fit's, whose epoch length fix_epoch_length() sets once fit has reset it."""
+        self._reads["counting"] = True
+        self._epoch_iterator = epoch_iterator
+
+    def fix_epoch_length(self):
+        """Every epoch after a resumed one is whole: Keras must not take the resumed epoch's shorter length, which
+        it learns when that epoch's data ends, for every epoch (it keeps the first one it knows)."""
+        iterator = getattr(self, "_epoch_iterator", None)
+        if iterator is None or not hasattr(iterator, "_num_batches"):
+            raise RuntimeError(
+                "this Keras version's fit did not show jupyter-dl its epoch iterator; an elastic fit over arrays "
+                "needs it (install the Keras version jupyter-dl's requirements name)"
+            )
+        iterator._num_batches = self.steps(0)
+
+
+@contextlib.contextmanager
+def resumed_epochs_quiet():
+    """Keras warns when an epoch's data ends before its step count: a resumed epoch's does, by design."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_RAN_OUT)
+        yield
