@@ -34,7 +34,7 @@ class MembershipChange(BaseException):  # not an Exception: a cell's `except Exc
 
     def __init__(self, reason, where):
         super().__init__(f"membership change {where}: {reason}")
-        self.reason = reason
+        self.reason, self.where = reason, where
 
 
 def forget_other_jobs(job_id):

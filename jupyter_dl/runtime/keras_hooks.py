@@ -430,8 +430,10 @@ class KerasHooks:
         """An elastic fit over plain arrays: the global sample order that lets a group change inside an epoch (its
         seed rank 0's, or the commit's when resuming), or None where commits stay at epoch ends."""
         x, y, kwargs = whole
-        if self.elastic[3] <= 0 or kwargs.get("steps_per_epoch") or not elastic_batches.plain_arrays(
-            x, y, kwargs.get("sample_weight")
+        if (
+            self.elastic[3] <= 0
+            or kwargs.get("steps_per_epoch")
+            or not elastic_batches.plain_arrays(x, y, kwargs.get("sample_weight"))
         ):
             return None
         seed = ((resume or {}).get("meta", {}).get("within") or {}).get("seed")
@@ -439,9 +441,7 @@ class KerasHooks:
             seed = backend().broadcast_object(elastic_batches.seed_from_numpy(), name=f"jdl.elastic.seed.{self._fits}")
         batch = kwargs.get("batch_size") or 32
         shuffle = kwargs.get("shuffle", True) is not False
-        return elastic_batches.EpochOrder(
-            x, y, kwargs.get("sample_weight"), batch, self.rank, self.size, shuffle, seed
-        )
+        return elastic_batches.EpochOrder(x, y, kwargs.get("sample_weight"), batch, self.rank, self.size, shuffle, seed)
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""

@@ -220,7 +220,7 @@ def run(spec: RankSpec) -> dict:
     except ProbeDone as done:  # --recommend: the cell's fit was profiled, not run
         outcome["probe"] = done.payload
     except elastic.MembershipChange as change:  # every rank left at the same commit point; the kernel goes on
-        outcome["membership_change"] = change.reason
+        outcome["membership_change"], outcome["membership_at"] = change.reason, change.where
     except BaseException as exc:  # KeyboardInterrupt included: an interrupted rank must still leave the job
         # The kernel repeats its interrupt until every rank has stopped; from here on it must not cut our cleanup.
         previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)

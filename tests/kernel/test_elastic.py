@@ -128,7 +128,7 @@ def test_a_fit_grows_into_engines_that_come_free_and_trains_as_a_fixed_run(sessi
     np.testing.assert_allclose(history.history["loss"][:2], fixed_history.history["loss"][:2], rtol=1e-5)
     assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
     err = capsys.readouterr().err
-    assert "grew: 2 engines free; going on with 4 ranks (was 2) from the last commit" in err
+    assert "grew: 2 engines free; going on with 4 ranks (was 2) from the commit after epoch 2" in err
     assert all(np.isfinite(w).all() for w in result.values["model"].get_weights())
 
 
@@ -235,7 +235,7 @@ def _times_each_sample_was_trained(records) -> dict:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest_of_it_once(
-    session, digits, backend, tmp_path, monkeypatch
+    session, digits, backend, tmp_path, monkeypatch, capsys
 ):
     from jupyter_dl.kernel.job.elastic import ElasticGroups
 
@@ -244,7 +244,9 @@ def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest
     # The kernel grows the job only once rank 0 reached step 6 of epoch 1 (its "go"): the next commit point, after
     # step 8, is where the group changes, however fast the new engines start.
     gate, decide = tmp_path / "elastic" / "go", ElasticGroups.wanted_change
-    monkeypatch.setattr(ElasticGroups, "wanted_change", lambda groups, ids: decide(groups, ids) if gate.exists() else None)
+    monkeypatch.setattr(
+        ElasticGroups, "wanted_change", lambda group, ids: decide(group, ids) if gate.exists() else None
+    )
     result, history = _run_within(session, digits, (2, 4), backend, tmp_path / "elastic")
     membership = result.job.membership
     assert [change["n"] for change in membership] == [2, 4] and membership[1]["reason"].startswith("grew: ")
@@ -258,6 +260,7 @@ def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest
         seen = sum(count for (e, _), count in counts.items() if e == epoch)
         assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
     assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
+    assert "(was 2) from the commit after 512 of epoch 2's 1280 samples" in capsys.readouterr().err
 
 
 def test_the_survivors_of_a_rank_killed_in_the_middle_of_an_epoch_go_on_from_its_last_commit(

@@ -335,7 +335,7 @@ class JobRunner(Configurable):
         low, high = options.elastic_min, options.n
         groups = ElasticGroups(self.cluster, low, high, lease, self.elastic_grow_wait)
         survivors: list = []
-        reason = "started"
+        reason, at = "started", ""  # why the next group forms, and where the last one left ("after epoch 2")
         futile, commits_before = 0, 0  # losses in a row without a commit between them
         committed = False  # any rank of any group so far committed: survivors must hold a commit to go on
         while True:
@@ -352,7 +352,7 @@ class JobRunner(Configurable):
                 job.gpus = [f"{host}:{gpu}" for host, gpu in groups.hold(ids)]
             groups.record(n, reason)
             if jr.segment:
-                self._regrouped(jr, previous, n, reason)
+                self._regrouped(jr, previous, n, reason, at)
             job.membership = list(groups.changes)
             jr.cluster_ready_at = time.perf_counter()
             jr.shipped = placement.ship(self.cluster.client, ids, jr.shipment)
@@ -363,7 +363,7 @@ class JobRunner(Configurable):
             committed = committed or any((o or {}).get("commits", 0) for o in outcomes)
             left = elastic.survivors(ids, outcomes, committed) if ending.status == "failed" else []
             if change:
-                survivors, reason = list(ids), change
+                survivors, reason, at = list(ids), change, outcomes[0].get("membership_at", "")
             elif left:
                 commits = max(o.get("commits", 0) for o in outcomes if o)
                 futile = futile + 1 if commits <= commits_before else 1
@@ -371,7 +371,7 @@ class JobRunner(Configurable):
                 if futile >= self.ELASTIC_FUTILE_LOSSES:
                     return outcomes, ars, ending
                 # Fewer survivors than MIN wait for free engines (replacements are starting) to make up MIN.
-                survivors = left
+                survivors, at = left, ""  # the survivors' last commit: the kernel does not know where it was
                 reason = f"lost {_lost_ranks_text(job.hosts, outcomes)}"
             else:
                 if ending.status == "failed" and elastic.survivors(ids, outcomes):  # only engines new to the job left
@@ -396,8 +396,9 @@ class JobRunner(Configurable):
             order.setdefault(host, len(order))
         return [eid for _, eid in sorted(zip((order[h] for h in hosts), chosen), key=lambda pair: pair[0])]
 
-    def _regrouped(self, jr: JobRun, before, after, reason):
-        """Say where the cell, the job store and the live plot will show it: the job goes on with another group."""
+    def _regrouped(self, jr: JobRun, before, after, reason, at=""):
+        """Say where the cell, the job store and the live plot will show it: the job goes on with another group
+        (from the commit `at`, "after epoch 2", where the ranks left together; from their last one after a loss)."""
         job = jr.job
         label = counted(after, "rank")
         record = {"kind": "restart", "attempt": jr.segment, "reason": reason, "label": label, "t": time.time()}
@@ -406,7 +407,8 @@ class JobRunner(Configurable):
             self.registry.store.append_metrics(job.id, [record])
         job.changed()
         print(
-            f"[jupyter-dl] job {job.name!r}: {reason}; going on with {label} (was {before}) from the last commit",
+            f"[jupyter-dl] job {job.name!r}: {reason}; going on with {label} (was {before}) from the "
+            + (f"commit {at}" if at else "last commit"),
             file=jr.stderr or sys.stderr,
             flush=True,
         )
