@@ -109,19 +109,23 @@ class EpochOrder:
         epochs = itertools.count(first_epoch)
         self._reads = {"counting": False, "epochs": epochs, "first": first_epoch, "start": start}
 
-        def batches():
+        def index_batches():
             if self._reads["counting"]:
                 epoch = next(self._reads["epochs"])
                 begin = start if epoch == first_epoch else 0
             else:
                 epoch, begin = first_epoch, start
-            for indices in self.rank_indices(epoch, begin):
-                yield tf.nest.map_structure(lambda a, i=indices: a[i], self.data)
+            yield from self.rank_indices(epoch, begin)
 
-        signature = tf.nest.map_structure(
-            lambda a: tf.TensorSpec((None,) + a.shape[1:], tf.constant(a[:1]).dtype), self.data
+        # Only the indices come from Python; the samples are gathered in TensorFlow, from one copy of the arrays
+        # (as Keras' own array input does): a batch copied in Python each step made a small model's fit 1.3x slower.
+        indices = tf.data.Dataset.from_generator(index_batches, output_signature=tf.TensorSpec((None,), tf.int64))
+        arrays = tf.data.Dataset.from_tensors(self.data).repeat()
+        gathered = tf.data.Dataset.zip((indices, arrays)).map(
+            lambda i, data: tf.nest.map_structure(lambda a: tf.gather(a, i), data),
+            num_parallel_calls=tf.data.AUTOTUNE,
         )
-        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+        return gathered.prefetch(tf.data.AUTOTUNE)
 
     def seen_by_fit(self, epoch_iterator):
         """Keras built the model (perhaps reading a first batch): from now on each read of the dataset is the next
