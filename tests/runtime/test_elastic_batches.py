@@ -83,3 +83,100 @@ def test_keras_trains_the_resumed_epoch_short_and_the_next_ones_whole():
         model.fit(order.dataset(1, start), epochs=4, initial_epoch=1, steps_per_epoch=order.steps(0),
                   callbacks=[Count()], verbose=0, shuffle=False)  # fmt: skip
     assert steps == [order.steps(start), order.steps(0), order.steps(0)] and steps[0] < steps[1]
+
+
+def _fit_resumed(model, x, y=None, sample_weight=None, **fit_kwargs):
+    """fit as an elastic rank resumes one: rank 0 of 2, epoch 1 from its 3rd step; returns each epoch's steps."""
+    import keras
+
+    order = EpochOrder(x, y, sample_weight, 8, 0, 2, True, 5)
+    steps: list = []
+
+    class Count(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            order.fix_epoch_length()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            steps.append(0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            steps[-1] = batch + 1
+
+    build = model._maybe_symbolic_build
+
+    def build_and_show(iterator=None, data_batch=None):
+        build(iterator=iterator, data_batch=data_batch)
+        order.seen_by_fit(iterator)
+
+    model._maybe_symbolic_build = build_and_show
+    start = order.position_after(0, 2)
+    with resumed_epochs_quiet():
+        history = model.fit(order.dataset(1, start), epochs=3, initial_epoch=1, steps_per_epoch=order.steps(0),
+                            callbacks=[Count()], verbose=0, shuffle=False, **fit_kwargs)  # fmt: skip
+    return steps, order, start, history
+
+
+def _check_steps(steps, order, start, per_execution=1):
+    import math
+
+    # Keras numbers a last, partial execution of several steps as a whole one.
+    whole = [math.ceil(n / per_execution) * per_execution for n in (order.steps(start), order.steps(0))]
+    assert steps == whole
+
+
+def test_dicts_of_inputs_and_outputs_with_sample_weights():
+    import keras
+
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    joined = keras.layers.Concatenate()([a, b])
+    model = keras.Model({"a": a, "b": b}, {"out": keras.layers.Dense(1, name="out")(joined)})
+    model.compile("sgd", {"out": "mse"})
+    x = {"a": X / X.max(), "b": X[:, :2] / X.max()}
+    steps, order, start, history = _fit_resumed(
+        model, x, {"out": Y / Y.max()}, sample_weight=np.ones(len(Y), "float32")
+    )
+    _check_steps(steps, order, start)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_list_of_inputs_and_a_model_without_targets():
+    import keras
+
+    a, b = keras.Input((3,)), keras.Input((3,))
+    model = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Add()([a, b])))
+    model.compile("sgd", "mse")
+    _check_steps(*_fit_resumed(model, [X, X], Y)[:3])
+
+    class OwnLoss(keras.Model):  # trains on x alone (an autoencoder's add_loss, a VAE's train_step)
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            self.add_loss(keras.ops.mean((self.dense(x) - x) ** 2))
+            return x
+
+    own = OwnLoss()
+    own.compile("sgd")
+    _check_steps(*_fit_resumed(own, X)[:3])
+
+
+def test_strings_into_a_text_vectorization_model():
+    import keras
+
+    text = np.array([f"word{i % 7} other{i % 3}" for i in range(len(X))])
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=2)
+    vectorize.adapt(text)
+    inputs = keras.Input((), dtype="string")
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Embedding(20, 4)(vectorize(inputs))[:, 0]))
+    model.compile("sgd", "mse")
+    _check_steps(*_fit_resumed(model, text, Y)[:3])
+
+
+def test_several_steps_per_execution():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=3)
+    steps, order, start, _ = _fit_resumed(model, X, Y)
+    _check_steps(steps, order, start, per_execution=3)
