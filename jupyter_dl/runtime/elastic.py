@@ -15,6 +15,7 @@ their epochs runs whole on one group, and a rank lost mid-epoch costs the surviv
 
 import contextlib
 import json
+import threading
 import urllib.request
 
 import numpy as np
@@ -27,6 +28,7 @@ from jupyter_dl.runtime.lr_callbacks import rate_variable
 _COMMITS: dict = {}
 _COMMIT_COUNTS: dict = {}  # job id -> commits this rank has made in it: the kernel tells progress from a loop
 BOARD_TIMEOUT_S = 2.0  # rank 0's read of the kernel's request; a board that does not answer means "no change"
+LOSS_POLL_S = 0.25  # how often a rank whose backend is slow to see a dead peer asks the board whether one died
 
 
 class MembershipChange(BaseException):  # not an Exception: a cell's `except Exception` around fit must not stop it
@@ -136,13 +138,39 @@ _running: dict = {}  # the elastic job this rank runs now: job_id, board, loops 
 
 @contextlib.contextmanager
 def running(job_id, board_url):
-    """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs()."""
+    """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs(); and, where the
+    backend sees a dead peer only late, a listener for the kernel's word that one died."""
     _running.update(job_id=job_id, board=board_url)
+    listener = None if backend().PEER_LOSS_SEEN_AT_ONCE else _LossListener(board_url)
     try:
         yield
     finally:
+        if listener is not None:
+            listener.stop()
         _running.clear()
         _current_board[0] = ""  # pending_change() after the job: no change, without asking a board that is gone
+
+
+class _LossListener:
+    """Asks the board every LOSS_POLL_S whether a peer's engine died, and then ends this rank's collectives (a rank
+    between collectives, at an epoch end, would otherwise wait in the next one for TensorFlow's heartbeat timeout,
+    10 s). The rank then leaves with its commits, as after any lost peer."""
+
+    def __init__(self, board_url):
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._listen, args=(board_url,), name="jdl-loss-listener", daemon=True)
+        self._thread.start()
+
+    def _listen(self, board_url):
+        while not self._stopped.wait(LOSS_POLL_S):
+            lost = _read_board(board_url, "lost")
+            if lost:
+                backend().release_peers(f"a peer left the job ({lost})")
+                return
+
+    def stop(self):
+        self._stopped.set()
+        self._thread.join(timeout=BOARD_TIMEOUT_S + 1)
 
 
 def elastic_epochs(count, *objects):
@@ -218,12 +246,12 @@ def _variables_of(objects) -> list:
     return variables
 
 
-def _read_board(board_url) -> str | None:
+def _read_board(board_url, field="change") -> str | None:
     if not board_url:
         return None
     try:
         with urllib.request.urlopen(board_url, timeout=BOARD_TIMEOUT_S) as response:
-            return json.loads(response.read() or b"{}").get("change")
+            return json.loads(response.read() or b"{}").get(field)
     except (OSError, ValueError):
         return None
 

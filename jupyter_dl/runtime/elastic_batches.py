@@ -52,8 +52,8 @@ def seed_from_numpy() -> int:
     NumPy gets the same order on every run, and the cell's own draws stay as they would be."""
     import zlib
 
-    keys, position = np.random.get_state()[1:3]
-    return zlib.crc32(keys.tobytes()) ^ int(position)
+    state = np.random.get_state(legacy=False)  # {"state": {"key": ..., "pos": ...}, ...}
+    return zlib.crc32(np.asarray(state["state"]["key"]).tobytes()) ^ int(state["state"]["pos"])
 
 
 class EpochOrder:

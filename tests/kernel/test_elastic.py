@@ -284,6 +284,43 @@ def test_the_survivors_of_a_rank_killed_in_the_middle_of_an_epoch_go_on_from_its
     print(f"job with a rank killed mid-epoch took {took:.1f}s; groups {membership}")
 
 
+# Rank 1's engine dies at the end of epoch 1 on 2 ranks; rank 0 writes the error its fit ended with to REPORT.
+DEAD_PEER_CELL = """
+import os
+import keras
+from jupyter_dl.runtime.job_backend import backend
+
+rank, size = backend().rank_and_size()
+
+class Die(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1 and size == 2 and rank == 1:
+            os._exit(1)
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+try:
+    history = model.fit(x_train, y_train, epochs=4, verbose=0, callbacks=[Die()])
+except Exception as error:
+    if size == 2:
+        with open(REPORT, "w") as report:
+            report.write(f"{type(error).__name__}: {error}")
+    raise
+"""
+
+
+def test_on_tensorflows_collectives_the_survivors_hear_of_a_dead_engine_from_the_kernel(session, digits, tmp_path):
+    """TensorFlow sees a peer that died between collectives only when its heartbeats have stopped for 10 s; the
+    kernel sees the engine die at once and says so on the job's board, and the survivor's listener ends its
+    collectives with that news (the error it leaves with names it)."""
+    report = tmp_path / "report.txt"
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"], "REPORT": str(report)}
+    result = session.runner.run(CellWork(DEAD_PEER_CELL, namespace, 2), RunOptions(n=(1, 2), backend="tf"))
+    assert result.job.state == "succeeded" and result.values["history"].epoch == [0, 1, 2, 3]
+    assert result.job.membership[1]["reason"].startswith("lost rank 1 on ")
+    assert "a peer left the job (rank 1's engine died)" in report.read_text()
+
+
 TWO_FITS_CELL = """
 import time
 import keras

@@ -24,9 +24,11 @@ class Monitor:
         self.cluster, self.stop_grace, self.poll_interval = cluster, stop_grace, poll_interval
         self.peer_patience, self.interrupt_repeat = peer_patience, interrupt_repeat
 
-    def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None):
+    def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None, on_failure=None):
         """Wait for every rank, relaying output; on_poll(), when given, runs once a round while no stop is under
-        way (an elastic job decides there whether to ask for a change). Returns (outcome per rank, Ending)."""
+        way (an elastic job decides there whether to ask for a change); on_failure(rank, outcome) once per rank that
+        failed, as soon as it is seen. Returns (outcome per rank, Ending)."""
+        self._on_failure = on_failure
         outcomes = [None] * len(ars)
         ending = Ending()
         self._stop_at, self._signalled_at = None, -math.inf  # never signalled (not 0: uptime)
@@ -62,6 +64,8 @@ class Monitor:
                 outcomes[r] = outcome_of(r, ar)
                 if not outcomes[r]["ok"]:
                     ending.failed_order.append(r)
+                    if self._on_failure is not None:
+                        self._on_failure(r, outcomes[r])
         relay.pump()
         feed.pump()
         pending = [r for r, o in enumerate(outcomes) if o is None]

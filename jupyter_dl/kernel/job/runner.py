@@ -453,8 +453,12 @@ class JobRunner(Configurable):
             # can see that a peer is gone.
             grace = self.stop_grace + (rendezvous.peer_loss_s if groups is not None else 0.0)
             monitor = Monitor(self.cluster, grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT)
-            on_poll = None
+            on_poll = on_failure = None
             if board is not None:
+
+                def on_failure(rank, outcome):
+                    if outcome.get("died"):  # its peers may be far from a collective that would show it
+                        board.report_lost(f"rank {rank}'s engine died")
 
                 def on_poll():
                     if board.requested is None:
@@ -463,7 +467,7 @@ class JobRunner(Configurable):
                         except Exception:  # a free engine that died while we looked: the group runs on; look again
                             pass
 
-            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll)
+            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll, on_failure)
         finally:
             rendezvous.stop()
             if board is not None:
