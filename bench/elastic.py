@@ -6,6 +6,9 @@
   first training step (the next group: the survivor and whatever engine is free).
 Both are read from the engines' own clocks (one host): the cell notes when it heard or died, the job's metrics
 stream when the next step ran. Against them, one epoch of the same job on 2 ranks.
+- steady: what an elastic job costs while nothing changes (its commits: every epoch end, and about every
+  c.JobRunner.elastic_commit_seconds of training inside an epoch over arrays): the median epoch of `-n 1:2` on the
+  2 engines against the same cell on a fixed `-n 2`, in the same run (ratio).
 
     .venv/bin/python bench/elastic.py [--repeats 3] [--backends horovod,tf]
 """
@@ -36,11 +39,11 @@ keras.utils.set_random_seed(1)
 class Scenario(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         rank, size = backend().rank_and_size()
-        if GROW and rank == 0 and epoch == 1 and size == 2:
+        if MODE == "grow" and rank == 0 and epoch == 1 and size == 2:
             while not elastic.pending_change():
                 time.sleep(0.01)
             open(NOTE, "w").write(str(time.time()))
-        if not GROW and epoch == 2 and rank == 1 and not os.path.exists(NOTE):
+        if MODE == "lost_rank" and epoch == 2 and rank == 1 and not os.path.exists(NOTE):
             open(NOTE, "w").write(str(time.time()))
             os._exit(1)
 
@@ -72,7 +75,10 @@ def _epoch_seconds(session, job):
     return statistics.median(b - a for a, b in zip(ends, ends[1:]))
 
 
-def one(session, x, y, backend, grow):
+RANKS = {"grow": (2, 4), "lost_rank": (1, 2), "steady": (1, 2), "fixed": 2}
+
+
+def one(session, x, y, backend, mode):
     from jupyter_dl.kernel.job.work import CellWork
     from jupyter_dl.wire.options import RunOptions
 
@@ -81,11 +87,13 @@ def one(session, x, y, backend, grow):
     if session.cluster.client is None:
         session.cluster.start(n=2)
     note = tempfile.mktemp(prefix="jdl-elastic-note-")
-    namespace = {"x_train": x, "y_train": y, "GROW": grow, "NOTE": note}
-    result = session.runner.run(CellWork(CELL, namespace, 2), RunOptions(n=(2, 4) if grow else (1, 2), backend=backend))
+    namespace = {"x_train": x, "y_train": y, "MODE": mode, "NOTE": note}
+    result = session.runner.run(CellWork(CELL, namespace, 2), RunOptions(n=RANKS[mode], backend=backend))
+    sizes = [change["n"] for change in result.job.membership]
+    if not os.path.exists(note):  # steady, fixed: nothing changed
+        return None, sizes, _epoch_seconds(session, result.job)
     heard = float(open(note).read())
     os.unlink(note)
-    sizes = [change["n"] for change in result.job.membership]
     return _first_step_after(session, result.job, heard) - heard, sizes, _epoch_seconds(session, result.job)
 
 
@@ -103,8 +111,20 @@ def main():
     results = {}
     try:
         for backend in args.backends.split(","):
-            for kind, grow in (("grow", True), ("lost_rank", False)):
-                runs = [one(session, x, y, backend, grow) for _ in range(args.repeats)]
+            for kind in ("steady", "fixed"):  # alternated, so that a drift in the machine's speed hits both
+                results[f"{backend}/{kind}"] = {"epoch_s": []}
+            for _ in range(args.repeats):
+                for kind in ("steady", "fixed"):
+                    results[f"{backend}/{kind}"]["epoch_s"].append(one(session, x, y, backend, kind)[2])
+            steady, fixed = (statistics.median(results[f"{backend}/{k}"]["epoch_s"]) for k in ("steady", "fixed"))
+            results[f"{backend}/steady"]["ratio_to_fixed"] = steady / fixed
+            print(
+                f"{backend:8} steady   : one epoch {steady:.3f}s elastic -n 1:2, {fixed:.3f}s fixed -n 2: "
+                f"{steady / fixed:.2f}x (median of {args.repeats} each)",
+                flush=True,
+            )
+            for kind in ("grow", "lost_rank"):
+                runs = [one(session, x, y, backend, kind) for _ in range(args.repeats)]
                 costs = sorted(cost for cost, _, _ in runs)
                 results[f"{backend}/{kind}"] = {
                     "seconds": costs,
@@ -130,7 +150,7 @@ def main():
         after,
         ["tensorflow", "horovod", "ipyparallel"],
     )
-    print(json.dumps({k: round(v["median_s"], 2) for k, v in results.items()}))
+    print(json.dumps({k: round(v["median_s"], 2) for k, v in results.items() if "median_s" in v}))
 
 
 if __name__ == "__main__":

@@ -209,7 +209,7 @@ def main(argv=None):
     # Commits at epoch ends only: lost_commits() reads each epoch's steps from the History, which an epoch split
     # between groups cannot give (it logs the last group's part). Mid-epoch commits over arrays have their own
     # per-sample tests in tests/kernel/test_elastic.py.
-    session.runner.elastic_commit_steps = 0
+    session.runner.elastic_commit_steps, session.runner.elastic_commit_seconds = 0, 0.0
     session.cluster.start(n=ENGINES)
     assert jupyter_dl.distribute(_size, n=ENGINES, backend=args.backend) == ENGINES
     rows, hangs, wrong = [], [], []

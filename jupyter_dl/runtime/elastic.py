@@ -16,6 +16,7 @@ their epochs runs whole on one group, and a rank lost mid-epoch costs the surviv
 import contextlib
 import json
 import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -126,10 +127,11 @@ def pending_change() -> str | None:
     return _read_board(_current_board[0])
 
 
-def change_requested(board_url, rank, point) -> str | None:
-    """At a commit point: the kernel's request, read by rank 0 and heard by every rank in one collective."""
+def change_requested(board_url, rank, point, decision=None) -> tuple:
+    """At a commit point: the kernel's request, read by rank 0, and rank 0's `decision` (the next commit point's
+    distance), heard by every rank in one collective: (request or None, decision)."""
     reason = _read_board(board_url) if rank == 0 else None
-    return backend().broadcast_object(reason, name=f"jdl.elastic.{point}")
+    return tuple(backend().broadcast_object((reason, decision), name=f"jdl.elastic.{point}"))
 
 
 # ------------------------------------------------------------------------------------- custom training loops
@@ -225,11 +227,46 @@ def kept(key: str):
     return _COMMITS.get(_running["job_id"], {}).get(key) if _running else None
 
 
-def leave_if_asked(board_url, rank, point, where: str):
-    """A commit point: every rank leaves here together (MembershipChange) when the kernel asks for a change."""
-    reason = change_requested(board_url, rank, point)
+def leave_if_asked(board_url, rank, point, where: str, decision=None):
+    """A commit point: every rank leaves here together (MembershipChange) when the kernel asks for a change.
+    Returns rank 0's `decision`."""
+    reason, decision = change_requested(board_url, rank, point, decision)
     if reason:
         raise MembershipChange(reason, where)
+    return decision
+
+
+class CommitPace:
+    """How many steps after the last commit point inside an epoch the next one comes: a fixed count (`steps` > 0),
+    or the count rank 0 measures to take about `seconds` of training (every rank hears its choice at each commit
+    point, so they all stop at the same step). By time, a commit's few milliseconds (the state copied, the kernel
+    asked, one collective) stay a small share whatever a step costs; a fixed 10 steps cost a 6 ms step 1.2-1.5x."""
+
+    FIRST_STEPS = 10  # the first commit point of a fit, before any pace is known
+
+    def __init__(self, steps, seconds, rank):
+        self.fixed, self.seconds, self.rank = steps, seconds, rank
+        self.interval = steps if steps > 0 else self.FIRST_STEPS
+        self._mark = (0, time.monotonic())
+
+    def epoch_began(self):
+        self._mark = (0, time.monotonic())
+
+    def due(self, steps) -> bool:
+        return steps - self._mark[0] >= self.interval
+
+    def proposal(self, steps):
+        """Rank 0's count for the next interval (None: fixed, or not rank 0)."""
+        if self.fixed > 0 or self.rank != 0:
+            return None
+        since, at = self._mark
+        per_step = max(time.monotonic() - at, 1e-6) / max(steps - since, 1)
+        return max(1, min(100_000, round(self.seconds / per_step)))
+
+    def agreed(self, steps, interval):
+        if interval:
+            self.interval = interval
+        self._mark = (steps, time.monotonic())
 
 
 def _variables_of(objects) -> list:
@@ -260,11 +297,11 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
     """The last callback of an elastic job's fit: puts the committed callback state back when it resumes, commits at
     every epoch end, and leaves at the commit point when the kernel asks for a change (not after the last epoch:
     the fit is done; the request waits for the next commit point, if the cell has one). `within`: (the fit's
-    EpochOrder, k) for a fit over a global order, which also commits every k steps inside an epoch."""
+    EpochOrder, CommitPace) for a fit over a global order, which also commits inside an epoch at that pace."""
     from jupyter_dl.wire import object_state
 
     _current_board[0] = board_url
-    order, every = within or (None, 0)
+    order, pace = within or (None, None)
     first_epoch = (resume["meta"]["epoch"] + 1) if resume else 0
     resumed_at = ((resume or {}).get("meta", {}).get("within") or {}).get("position", 0)
 
@@ -286,22 +323,24 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
                     object_state.restore(callback, {"attributes": attributes})
 
         def on_epoch_begin(self, epoch, logs=None):
-            self._epoch, self._committed_steps = epoch, 0
+            self._epoch = epoch
             self._start = resumed_at if epoch == first_epoch else 0  # samples of the epoch consumed before it
+            if pace is not None:
+                pace.epoch_began()
 
         def on_train_batch_end(self, batch, logs=None):
-            """A commit point inside the epoch, every `every` steps (not at its end: on_epoch_end commits there)."""
+            """A commit point inside the epoch when the pace says (not at its end: on_epoch_end commits there)."""
             steps = batch + 1  # Keras' index of the last step run (several with steps_per_execution)
-            if order is None or every <= 0 or steps - self._committed_steps < every:
+            if order is None or not pace.due(steps):
                 return
             position = order.position_after(self._start, steps)
             if position >= order.total:
                 return
-            self._committed_steps, epoch = steps, self._epoch
+            epoch = self._epoch
             commits.save(model, epoch - 1, self.history, {"epoch": epoch, "position": position, "seed": order.seed})
             commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
             where = f"after {position} of epoch {epoch + 1}'s {order.total} samples"
-            leave_if_asked(board_url, rank, f"{epoch}.{steps}", where)
+            pace.agreed(steps, leave_if_asked(board_url, rank, f"{epoch}.{steps}", where, pace.proposal(steps)))
 
         def on_epoch_end(self, epoch, logs=None):
             self.history["epochs"].append(epoch)

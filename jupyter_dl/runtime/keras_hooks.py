@@ -113,7 +113,8 @@ class KerasHooks:
         self.options = options  # the job's options, as the user gave them (wire/options.py)
         self.attempt = attempt  # 0 for a job's first run, then one more per restart
         self.balance = balance  # measure rank speeds at fit start and split the global batch by them
-        # An elastic job's (job id, board URL, segment, commit every k batches): commits in memory (elastic.py).
+        # An elastic job's (job id, board URL, segment, (commit steps, commit seconds) inside an epoch): commits in
+        # memory (elastic.py).
         self.elastic = elastic
         self.updates = DistributedUpdates(lr_scale_factor(options.lr_scale, size) * options.lr_multiplier, rank)
         self._fits = 0  # fit calls so far in this cell: each has its own checkpoint
@@ -422,16 +423,17 @@ class KerasHooks:
     def _commit_callback(self, model, epochs, checkpoint, resume, kept, order):
         from jupyter_dl.runtime import elastic
 
-        _, board, _, every = self.elastic
-        within = (order, every) if order is not None else None
+        _, board, _, (steps, seconds) = self.elastic
+        within = (order, elastic.CommitPace(steps, seconds, self.rank)) if order is not None else None
         return elastic.commit_callback(self._keras, model, checkpoint, resume, kept, board, self.rank, epochs, within)
 
     def _global_order(self, whole, resume):
         """An elastic fit over plain arrays: the global sample order that lets a group change inside an epoch (its
         seed rank 0's, or the commit's when resuming), or None where commits stay at epoch ends."""
         x, y, kwargs = whole
+        steps, seconds = self.elastic[3]
         if (
-            self.elastic[3] <= 0
+            (steps <= 0 and seconds <= 0)
             or kwargs.get("steps_per_epoch")
             or not elastic_batches.plain_arrays(x, y, kwargs.get("sample_weight"))
         ):

@@ -305,7 +305,7 @@ def _hooks_for(spec: RankSpec):
         spec.options,
         attempt=spec.attempt,
         balance=spec.balance_batches,
-        elastic=(spec.job_id, spec.elastic_board, spec.segment, spec.commit_every) if spec.elastic_board else None,
+        elastic=(spec.job_id, spec.elastic_board, spec.segment, spec.commit_pace) if spec.elastic_board else None,
     )
 
 

@@ -51,4 +51,6 @@ class RankSpec:
     # a group this is (0 the first; later ones resume each fit from the commits in the survivors' memory).
     elastic_board: str = ""
     segment: int = 0
-    commit_every: int = 0  # an elastic fit over arrays also commits every this many steps inside an epoch (0: no)
+    # An elastic fit over arrays also commits inside an epoch: every this many steps, or (steps 0) about every this
+    # many seconds of training; (0, 0): at epoch ends only.
+    commit_pace: tuple = (0, 0.0)

@@ -180,3 +180,23 @@ def test_several_steps_per_execution():
     model.compile("sgd", "mse", steps_per_execution=3)
     steps, order, start, _ = _fit_resumed(model, X, Y)
     _check_steps(steps, order, start, per_execution=3)
+
+
+def test_commit_points_come_by_rank_0s_measured_pace_or_every_fixed_count(monkeypatch):
+    from jupyter_dl.runtime import elastic
+
+    clock = [100.0]
+    monkeypatch.setattr(elastic.time, "monotonic", lambda: clock[0])
+    leader, other = elastic.CommitPace(0, 2.0, rank=0), elastic.CommitPace(0, 2.0, rank=1)
+    for pace in (leader, other):
+        pace.epoch_began()
+    assert not leader.due(9) and leader.due(10)  # before any pace is known: after 10 steps
+    clock[0] += 0.5  # 10 steps took 0.5 s: 2 s is 40 steps
+    decided = leader.proposal(10)
+    assert decided == 40 and other.proposal(10) is None
+    for pace in (leader, other):  # every rank takes rank 0's count from the commit point's collective
+        pace.agreed(10, decided)
+    assert not other.due(49) and other.due(50)
+    fixed = elastic.CommitPace(4, 2.0, rank=0)
+    fixed.epoch_began()
+    assert fixed.due(4) and fixed.proposal(4) is None

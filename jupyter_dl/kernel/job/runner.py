@@ -115,12 +115,18 @@ class JobRunner(Configurable):
         help="Seconds an elastic job (-n MIN:MAX) waits for engines that are still starting before it grows into "
         "the ones ready: each change costs a commit point and a new group, so growing once into all is cheaper.",
     ).tag(config=True)
+    elastic_commit_seconds = Float(
+        2.0,
+        help="An elastic job's fit over in-memory arrays commits about every this many seconds of training inside "
+        "an epoch too (rank 0 measures the steps' pace), where the group may change and a lost rank's survivors go "
+        "on from (the rest of the epoch is split over the new group). Each commit copies the model and optimizer "
+        "state in every rank's memory and asks the kernel once. 0 (with elastic_commit_steps 0): epoch ends only, "
+        "as for other inputs.",
+    ).tag(config=True)
     elastic_commit_steps = Integer(
-        10,
-        help="An elastic job's fit over in-memory arrays commits every this many steps inside an epoch too, where "
-        "the group may change and a lost rank's survivors go on from (the rest of the epoch is split over the new "
-        "group). Each commit copies the model and optimizer state in every rank's memory and asks the kernel "
-        "once; 0 commits at epoch ends only, as for other inputs.",
+        0,
+        help="Commit inside an epoch every this many steps instead of by time (elastic_commit_seconds): the same "
+        "steps on every run, for reproducible change points. 0: by time.",
     ).tag(config=True)
     point_budget = Integer(
         2000, help="Most points per trace kept for the live figure (the full series goes to the job's metrics.jsonl)."
@@ -428,7 +434,7 @@ class JobRunner(Configurable):
         board = ElasticBoard(address) if groups is not None else None
         if board is not None:
             base.elastic_board, base.segment = board.url(address), jr.segment
-            base.commit_every = self.elastic_commit_steps
+            base.commit_pace = (self.elastic_commit_steps, self.elastic_commit_seconds)
         try:
             environments = rendezvous.environments(address, interfaces)
             ars = [
