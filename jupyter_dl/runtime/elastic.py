@@ -166,7 +166,7 @@ class _LossListener:
     def _listen(self, board_url):
         while not self._stopped.wait(LOSS_POLL_S):
             lost = _read_board(board_url, "lost")
-            if lost:
+            if lost and not self._stopped.is_set():  # (not once the job ended: the engine may run the next one)
                 backend().release_peers(f"a peer left the job ({lost})")
                 return
 
@@ -243,11 +243,13 @@ class CommitPace:
     asked, one collective) stay a small share whatever a step costs; a fixed 10 steps cost a 6 ms step 1.2-1.5x."""
 
     FIRST_STEPS = 10  # the first commit point of a fit, before any pace is known
+    MAX_SHARE = 0.05  # of the training time a commit may take: a large model's copy stretches the interval
 
     def __init__(self, steps, seconds, rank):
         self.fixed, self.seconds, self.rank = steps, seconds, rank
         self.interval = steps if steps > 0 else self.FIRST_STEPS
         self._mark = (0, time.monotonic())
+        self._cost = 0.0  # seconds the last commit point took on this rank
 
     def epoch_began(self):
         self._mark = (0, time.monotonic())
@@ -261,12 +263,14 @@ class CommitPace:
             return None
         since, at = self._mark
         per_step = max(time.monotonic() - at, 1e-6) / max(steps - since, 1)
-        return max(1, min(100_000, round(self.seconds / per_step)))
+        seconds = max(self.seconds, self._cost / self.MAX_SHARE)
+        return max(1, min(100_000, round(seconds / per_step)))
 
-    def agreed(self, steps, interval):
+    def agreed(self, steps, interval, cost=0.0):
+        """At a commit point: rank 0's interval, and what the commit point cost here."""
         if interval:
             self.interval = interval
-        self._mark = (steps, time.monotonic())
+        self._mark, self._cost = (steps, time.monotonic()), cost
 
 
 def _variables_of(objects) -> list:
@@ -312,8 +316,6 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             self.history = {"epochs": list(saved["epochs"]), "logs": {k: list(v) for k, v in saved["logs"].items()}}
 
         def on_train_begin(self, logs=None):
-            if order is not None:
-                order.fix_epoch_length()
             # After the cell's callbacks reset themselves in their own on_train_begin; the new rank 0's copy wins.
             states = backend().broadcast_object(commits.callback_states() if resume else None, name="jdl.elastic.cb")
             for index, callback in kept:
@@ -325,7 +327,8 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch
             self._start = resumed_at if epoch == first_epoch else 0  # samples of the epoch consumed before it
-            if pace is not None:
+            if order is not None:
+                order.set_epoch_length(self._start)
                 pace.epoch_began()
 
         def on_train_batch_end(self, batch, logs=None):
@@ -334,13 +337,14 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
             if order is None or not pace.due(steps):
                 return
             position = order.position_after(self._start, steps)
-            if position >= order.total:
+            if not order.resumable_at(position):  # too near the epoch's end: on_epoch_end commits soon
                 return
-            epoch = self._epoch
+            began, epoch = time.monotonic(), self._epoch
             commits.save(model, epoch - 1, self.history, {"epoch": epoch, "position": position, "seed": order.seed})
             commits.save_callbacks({index: object_state.state_of(callback) for index, callback in kept})
             where = f"after {position} of epoch {epoch + 1}'s {order.total} samples"
-            pace.agreed(steps, leave_if_asked(board_url, rank, f"{epoch}.{steps}", where, pace.proposal(steps)))
+            decided = leave_if_asked(board_url, rank, f"{epoch}.{steps}", where, pace.proposal(steps))
+            pace.agreed(steps, decided, time.monotonic() - began)
 
         def on_epoch_end(self, epoch, logs=None):
             self.history["epochs"].append(epoch)

@@ -18,33 +18,43 @@ import warnings
 
 import numpy as np
 
-# Keras' words when an epoch of unknown length ends early: the resumed epoch does on purpose.
+# Keras' words when an epoch ends before steps_per_epoch: a resumed epoch does on purpose.
 _RAN_OUT = "Your input ran out of data"
 
 
 def plain_arrays(*structures) -> bool:
     """Whether every leaf of the given structures (x, y, sample_weight; None skipped) is a NumPy array or can be read
-    as one (a frame, a tensor): what a global order can index."""
-    import tensorflow as tf
-
-    leaves = [leaf for s in structures if s is not None for leaf in tf.nest.flatten(_as_tuples(s))]
+    as one (a frame, a tensor): what a global order can index. Nothing is converted to find out (NumPy would read a
+    PyDataset whole as a sequence)."""
+    leaves = [leaf for s in structures if s is not None for leaf in _leaves(s)]
     return bool(leaves) and all(_readable(leaf) for leaf in leaves)
+
+
+def _leaves(structure) -> list:
+    if isinstance(structure, dict):
+        return [leaf for value in structure.values() for leaf in _leaves(value)]
+    if isinstance(structure, (list, tuple)):
+        return [leaf for value in structure for leaf in _leaves(value)]
+    return [structure]
 
 
 def _readable(leaf) -> bool:
     if isinstance(leaf, np.ndarray):
         return leaf.dtype != object
     module = type(leaf).__module__
-    return module.startswith(("pandas", "tensorflow")) and hasattr(leaf, "shape")
+    return module.startswith(("pandas", "tensorflow")) and hasattr(leaf, "shape") and hasattr(leaf, "dtype")
 
 
-def _as_tuples(structure):
-    """Lists become tuples (tf.data reads a list as one tensor); leaves become NumPy arrays."""
+def _as_tuples(structure, floatx):
+    """Lists become tuples (tf.data reads a list as one tensor); leaves become NumPy arrays, floats in Keras' float
+    type as Keras' own array input makes them (a float64 array from sklearn or pandas would reach a custom loss or
+    train_step as float64, and take twice the memory)."""
     if isinstance(structure, dict):
-        return {k: _as_tuples(v) for k, v in structure.items()}
+        return {k: _as_tuples(v, floatx) for k, v in structure.items()}
     if isinstance(structure, (list, tuple)):
-        return tuple(_as_tuples(v) for v in structure)
-    return structure if isinstance(structure, np.ndarray) else np.asarray(structure)
+        return tuple(_as_tuples(v, floatx) for v in structure)
+    array = structure if isinstance(structure, np.ndarray) else np.asarray(structure)
+    return array.astype(floatx) if array.dtype.kind == "f" and array.dtype != floatx else array
 
 
 def seed_from_numpy() -> int:
@@ -59,10 +69,14 @@ def seed_from_numpy() -> int:
 class EpochOrder:
     """The global order of one elastic fit's samples, and this rank's share of each step of it."""
 
-    def __init__(self, x, y, sample_weight, batch, rank, size, shuffle, seed):
-        self.data = tuple(_as_tuples(s) for s in (x, y, sample_weight) if s is not None)
-        self.batch, self.rank, self.size, self.shuffle, self.seed = batch, rank, size, shuffle, seed
+    def __init__(self, x, y, sample_weight, batch, rank, size, shuffle, seed, max_size=None):
+        import keras
         import tensorflow as tf
+
+        floatx = keras.config.floatx()
+        self.data = tuple(_as_tuples(s, floatx) for s in (x, y, sample_weight) if s is not None)
+        self.batch, self.rank, self.size, self.shuffle, self.seed = batch, rank, size, shuffle, seed
+        self.max_size = max_size or size  # the largest group the job may have
 
         first = tf.nest.flatten(self.data)[0]
         self.total = len(first)
@@ -76,6 +90,11 @@ class EpochOrder:
         left = self.total - position
         full, tail = divmod(left, self.size * self.batch)
         return full + (1 if tail // self.size else 0)
+
+    def resumable_at(self, position) -> bool:
+        """Whether a commit at `position` leaves every group the job may form (up to max_size ranks) at least one
+        step of the epoch: not within the last max_size x batch samples."""
+        return self.total - position >= self.max_size * self.batch
 
     def position_after(self, start, steps_done) -> int:
         """Samples of the epoch consumed once `steps_done` steps ran from `start` (the end: the whole epoch)."""
@@ -129,25 +148,28 @@ class EpochOrder:
 
     def seen_by_fit(self, epoch_iterator):
         """Keras built the model (perhaps reading a first batch): from now on each read of the dataset is the next
-        epoch. `epoch_iterator` is fit's, whose epoch length fix_epoch_length() sets once fit has reset it."""
+        epoch. `epoch_iterator` is fit's, whose epoch length set_epoch_length() sets (the first one seen: validation's
+        evaluate comes through here too)."""
         self._reads["counting"] = True
-        self._epoch_iterator = epoch_iterator
+        if getattr(self, "_epoch_iterator", None) is None:
+            self._epoch_iterator = epoch_iterator
 
-    def fix_epoch_length(self):
-        """Every epoch after a resumed one is whole: Keras must not take the resumed epoch's shorter length, which
-        it learns when that epoch's data ends, for every epoch (it keeps the first one it knows)."""
+    def set_epoch_length(self, start):
+        """The steps Keras takes in the epoch about to begin: the rest from `start`, then whole epochs. Keras'
+        loop stops there, before asking for a batch the epoch does not have (running out of data would end the
+        epoch inside a train step, where a TensorFlow collective's key may already have been drawn)."""
         iterator = getattr(self, "_epoch_iterator", None)
         if iterator is None or not hasattr(iterator, "_num_batches"):
             raise RuntimeError(
                 "this Keras version's fit did not show jupyter-dl its epoch iterator; an elastic fit over arrays "
                 "needs it (install the Keras version jupyter-dl's requirements name)"
             )
-        iterator._num_batches = self.steps(0)
+        iterator._num_batches = self.steps(start)
 
 
 @contextlib.contextmanager
 def resumed_epochs_quiet():
-    """Keras warns when an epoch's data ends before its step count: a resumed epoch's does, by design."""
+    """Keras warns when an epoch ends before its steps_per_epoch: a resumed epoch does, by design."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_RAN_OUT)
         yield

@@ -247,6 +247,7 @@ class KerasHooks:
             start = within.get("position", 0) if within.get("epoch") == first else 0
             x, y = order.dataset(first, start), None
             kwargs = {k: v for k, v in kwargs.items() if k not in ("batch_size", "sample_weight")}
+            kwargs.setdefault("validation_batch_size", order.batch)  # Keras would validate in batches of 32
             kwargs["shuffle"] = False  # the order shuffles; Keras would warn that it cannot shuffle a dataset
             kwargs["steps_per_epoch"] = order.steps(0)
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
@@ -430,12 +431,17 @@ class KerasHooks:
     def _global_order(self, whole, resume):
         """An elastic fit over plain arrays: the global sample order that lets a group change inside an epoch (its
         seed rank 0's, or the commit's when resuming), or None where commits stay at epoch ends."""
+        from jupyter_dl.runtime.sharding import _is_array_like
+
         x, y, kwargs = whole
         steps, seconds = self.elastic[3]
+        weights = kwargs.get("sample_weight")
         if (
             (steps <= 0 and seconds <= 0)
             or kwargs.get("steps_per_epoch")
-            or not elastic_batches.plain_arrays(x, y, kwargs.get("sample_weight"))
+            or not _is_array_like(x)
+            or (y is None and weights is not None)  # (x, weights) would read as (x, y)
+            or not elastic_batches.plain_arrays(x, y, weights)
         ):
             return None
         seed = ((resume or {}).get("meta", {}).get("within") or {}).get("seed")
@@ -443,7 +449,8 @@ class KerasHooks:
             seed = backend().broadcast_object(elastic_batches.seed_from_numpy(), name=f"jdl.elastic.seed.{self._fits}")
         batch = kwargs.get("batch_size") or 32
         shuffle = kwargs.get("shuffle", True) is not False
-        return elastic_batches.EpochOrder(x, y, kwargs.get("sample_weight"), batch, self.rank, self.size, shuffle, seed)
+        largest = self.options.n if isinstance(self.options.n, int) else self.size  # -n MIN:MAX's MAX
+        return elastic_batches.EpochOrder(x, y, weights, batch, self.rank, self.size, shuffle, seed, largest)
 
     def _checkpoint_for_this_fit(self):
         """This fit's checkpoint, and what to resume from (a dict with path and meta, the same on every rank)."""

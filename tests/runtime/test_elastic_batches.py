@@ -61,12 +61,17 @@ def test_keras_trains_the_resumed_epoch_short_and_the_next_ones_whole():
     model.compile("sgd", "mse")
     steps: list = []
 
-    class Count(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            order.fix_epoch_length()  # what the elastic commit callback does
+    start = order.position_after(0, 5)
 
+    begun: list = []
+
+    class Count(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
+            order.set_epoch_length(start if epoch == 1 else 0)  # what the elastic commit callback does
             steps.append(0)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            begun.append(batch)
 
         def on_train_batch_end(self, batch, logs=None):
             steps[-1] = batch + 1
@@ -78,11 +83,13 @@ def test_keras_trains_the_resumed_epoch_short_and_the_next_ones_whole():
         order.seen_by_fit(iterator)
 
     model._maybe_symbolic_build = build_and_show
-    start = order.position_after(0, 5)
     with resumed_epochs_quiet():
         model.fit(order.dataset(1, start), epochs=4, initial_epoch=1, steps_per_epoch=order.steps(0),
                   callbacks=[Count()], verbose=0, shuffle=False)  # fmt: skip
     assert steps == [order.steps(start), order.steps(0), order.steps(0)] and steps[0] < steps[1]
+    # Keras stops at the resumed epoch's last step: no step begins that would find no batch (its train step could
+    # have drawn a collective's key on one rank only).
+    assert len(begun) == sum(steps)
 
 
 def _fit_resumed(model, x, y=None, sample_weight=None, **fit_kwargs):
@@ -92,11 +99,11 @@ def _fit_resumed(model, x, y=None, sample_weight=None, **fit_kwargs):
     order = EpochOrder(x, y, sample_weight, 8, 0, 2, True, 5)
     steps: list = []
 
-    class Count(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            order.fix_epoch_length()
+    start = order.position_after(0, 2)
 
+    class Count(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
+            order.set_epoch_length(start if epoch == 1 else 0)
             steps.append(0)
 
         def on_train_batch_end(self, batch, logs=None):
@@ -109,7 +116,6 @@ def _fit_resumed(model, x, y=None, sample_weight=None, **fit_kwargs):
         order.seen_by_fit(iterator)
 
     model._maybe_symbolic_build = build_and_show
-    start = order.position_after(0, 2)
     with resumed_epochs_quiet():
         history = model.fit(order.dataset(1, start), epochs=3, initial_epoch=1, steps_per_epoch=order.steps(0),
                             callbacks=[Count()], verbose=0, shuffle=False, **fit_kwargs)  # fmt: skip
@@ -200,3 +206,48 @@ def test_commit_points_come_by_rank_0s_measured_pace_or_every_fixed_count(monkey
     fixed = elastic.CommitPace(4, 2.0, rank=0)
     fixed.epoch_began()
     assert fixed.due(4) and fixed.proposal(4) is None
+
+
+def test_only_arrays_take_a_global_order_and_nothing_is_read_to_find_out():
+    from jupyter_dl.runtime.elastic_batches import plain_arrays
+
+    class Batches:  # a PyDataset-like sequence: NumPy would read every item to make an array of it
+        reads = 0
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            Batches.reads += 1
+            return X[:8], Y[:8]
+
+    assert not plain_arrays(Batches(), None) and Batches.reads == 0
+    assert not plain_arrays(np.array([{"a": 1}] * 3, dtype=object), Y[:3])
+    assert plain_arrays({"a": X, "b": [X, X]}, Y, np.ones(len(Y)))
+
+
+def test_floats_come_in_keras_float_type_as_from_keras_own_array_input():
+    order = EpochOrder(X.astype("float64"), Y.astype("float64"), None, 8, 0, 2, True, 5)
+    x, y = next(iter(order.dataset(0, 0)))
+    assert x.dtype.name == y.dtype.name == "float32"
+
+
+def test_no_commit_so_near_an_epoch_end_that_the_largest_group_would_have_no_step():
+    order = EpochOrder(X, Y, None, 8, 0, 2, True, 5, max_size=4)
+    assert order.resumable_at(len(X) - 32) and not order.resumable_at(len(X) - 31)
+    for size in (1, 2, 3, 4):
+        assert EpochOrder(X, Y, None, 8, 0, size, True, 5).steps(len(X) - 32) >= 1
+
+
+def test_a_costly_commit_stretches_the_interval_to_a_small_share_of_training(monkeypatch):
+    from jupyter_dl.runtime import elastic
+
+    clock = [0.0]
+    monkeypatch.setattr(elastic.time, "monotonic", lambda: clock[0])
+    pace = elastic.CommitPace(0, 2.0, rank=0)
+    pace.epoch_began()
+    clock[0] += 1.0  # 10 steps: 0.1 s a step
+    pace.agreed(10, pace.proposal(10), cost=1.0)  # a commit of a large model took 1 s
+    assert pace.interval == 20
+    clock[0] += 2.0
+    assert pace.proposal(30) == round(1.0 / elastic.CommitPace.MAX_SHARE / 0.1)  # 20 s of training per commit
