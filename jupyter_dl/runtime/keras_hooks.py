@@ -250,6 +250,9 @@ class KerasHooks:
             kwargs.setdefault("validation_batch_size", order.batch)  # Keras would validate in batches of 32
             kwargs["shuffle"] = False  # the order shuffles; Keras would warn that it cannot shuffle a dataset
             kwargs["steps_per_epoch"] = order.steps(0)
+        elif self.rank == 0 and ((resume or {}).get("meta", {}).get("within") or {}).get("position"):
+            # The last group stopped inside an epoch; this one (a --balance split) cannot take the rest of it.
+            print(f"[jupyter-dl] epoch {kwargs['initial_epoch'] + 1} starts again from its beginning on this group")
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
         # Rank 0's BackupAndRestore may resume an interrupted fit from a later epoch: every rank starts there.
         restores = any(_is_a(cb, ("BackupAndRestore",)) for cb in callbacks)
