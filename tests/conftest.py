@@ -69,27 +69,6 @@ def pytest_collection_modifyitems(config, items):
     ]
     if slow:
         raise pytest.UsageError(f"marked fast but starts engines (uses {sorted(CLUSTER_FIXTURES)}): {slow}")
-    items[:] = _backends_together(items)
-
-
-def _backends_together(items) -> list:
-    """Within each module, the tests of one backend run together (parametrize puts a test's [horovod] and [tf] side
-    by side): a switch of backend costs the shared cluster's engines 1.7-4.1 s, the same backend 0.1 s, and CI made
-    87 switches. Modules alternate which backend goes first, so that a module boundary is no switch either.
-    Otherwise the order is pytest's (a stable sort)."""
-    modules: dict = {}
-    for item in items:
-        modules.setdefault(item.module.__name__ if item.module else "", []).append(item)
-    ordered = []
-    for index, module_items in enumerate(modules.values()):
-        first = "horovod" if index % 2 == 0 else "tf"
-
-        def group(item, first=first):
-            backend = item.callspec.params.get("backend") if hasattr(item, "callspec") else None
-            return 0 if (backend or "horovod") == first else 1  # a test that names none runs on the default
-
-        ordered += sorted(module_items, key=group)
-    return ordered
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
