@@ -284,6 +284,31 @@ def test_the_survivors_of_a_rank_killed_in_the_middle_of_an_epoch_go_on_from_its
     print(f"job with a rank killed mid-epoch took {took:.1f}s; groups {membership}")
 
 
+PY_DATASET_CELL = """
+import keras
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.y = x, y
+    def __len__(self):
+        return len(self.x) // 64
+    def __getitem__(self, index):
+        return self.x[index * 64:(index + 1) * 64], self.y[index * 64:(index + 1) * 64]
+
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+history = model.fit(Batches(x_train, y_train), epochs=2, verbose=0)
+"""
+
+
+def test_other_inputs_than_arrays_keep_their_epoch_end_commits(session, digits):
+    """A PyDataset is not arrays: no global order (deciding must not read it), commits at epoch ends as before."""
+    namespace = {"x_train": digits["x_train"], "y_train": digits["y_train"]}
+    result = session.runner.run(CellWork(PY_DATASET_CELL, namespace, 2), RunOptions(n=(1, 2)))
+    assert result.job.state == "succeeded" and result.values["history"].epoch == [0, 1]
+
+
 # Rank 1's engine dies at the end of epoch 1 on 2 ranks; rank 0 writes the error its fit ended with to REPORT.
 DEAD_PEER_CELL = """
 import os
