@@ -7,9 +7,9 @@ came free, the pool wants GPUs back), rank 0 reads the request at the next epoch
 same collective, so they all leave at the same point with the same commit; the kernel runs the cell again on the new
 group, and each `fit` resumes from its commit (a finished one is restored, not trained again).
 
-A fit over in-memory arrays also commits every k steps inside an epoch: its samples follow one global order
-(elastic_batches.py), so a commit can say how much of the epoch is done and the next group, of any size, splits the
-rest. Other inputs (datasets, PyDatasets, generators) have the pipeline's order, which no commit can name: each of
+A fit over in-memory arrays also commits inside an epoch (about every 2 s of training, CommitPace): its samples
+follow one global order (elastic_batches.py), so a commit can say how much of the epoch is done and the next group,
+of any size, splits the rest. Other inputs (datasets, PyDatasets, generators) have the pipeline's order, which no commit can name: each of
 their epochs runs whole on one group, and a rank lost mid-epoch costs the survivors that epoch's progress.
 """
 
