@@ -9,8 +9,9 @@ group, and each `fit` resumes from its commit (a finished one is restored, not t
 
 A fit over in-memory arrays also commits inside an epoch (about every 2 s of training, CommitPace): its samples
 follow one global order (elastic_batches.py), so a commit can say how much of the epoch is done and the next group,
-of any size, splits the rest. Other inputs (datasets, PyDatasets, generators) have the pipeline's order, which no commit can name: each of
-their epochs runs whole on one group, and a rank lost mid-epoch costs the survivors that epoch's progress.
+of any size, splits the rest. Other inputs (datasets, PyDatasets, generators) have the pipeline's order, which no
+commit can name: each of their epochs runs whole on one group, and a rank lost mid-epoch costs the survivors that
+epoch's progress.
 """
 
 import contextlib
@@ -306,8 +307,6 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
 
     _current_board[0] = board_url
     order, pace = within or (None, None)
-    first_epoch = (resume["meta"]["epoch"] + 1) if resume else 0
-    resumed_at = ((resume or {}).get("meta", {}).get("within") or {}).get("position", 0)
 
     class ElasticCommit(keras.callbacks.Callback):
         def __init__(self):
@@ -326,8 +325,8 @@ def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch
-            self._start = resumed_at if epoch == first_epoch else 0  # samples of the epoch consumed before it
             if order is not None:
+                self._start = order.start_of(epoch)  # samples of the epoch consumed before it
                 order.set_epoch_length(self._start)
                 pace.epoch_began()
 

@@ -26,16 +26,10 @@ def plain_arrays(*structures) -> bool:
     """Whether every leaf of the given structures (x, y, sample_weight; None skipped) is a NumPy array or can be read
     as one (a frame, a tensor): what a global order can index. Nothing is converted to find out (NumPy would read a
     PyDataset whole as a sequence)."""
-    leaves = [leaf for s in structures if s is not None for leaf in _leaves(s)]
+    import tensorflow as tf
+
+    leaves = [leaf for s in structures if s is not None for leaf in tf.nest.flatten(s)]
     return bool(leaves) and all(_readable(leaf) for leaf in leaves)
-
-
-def _leaves(structure) -> list:
-    if isinstance(structure, dict):
-        return [leaf for value in structure.values() for leaf in _leaves(value)]
-    if isinstance(structure, (list, tuple)):
-        return [leaf for value in structure for leaf in _leaves(value)]
-    return [structure]
 
 
 def _readable(leaf) -> bool:
@@ -57,6 +51,12 @@ def _as_tuples(structure, floatx):
     return array.astype(floatx) if array.dtype.kind == "f" and array.dtype != floatx else array
 
 
+def resume_point(resume) -> dict:
+    """Where in an epoch a fit's commit left it ({"epoch", "position", "seed"}; empty for none): `resume` is the
+    broadcast commit keras_hooks resumes from, or None."""
+    return ((resume or {}).get("meta", {}).get("within")) or {}
+
+
 def seed_from_numpy() -> int:
     """A seed for the global order from NumPy's global generator, without drawing from it: a notebook that seeded
     NumPy gets the same order on every run, and the cell's own draws stay as they would be."""
@@ -71,18 +71,17 @@ class EpochOrder:
 
     def __init__(self, x, y, sample_weight, batch, rank, size, shuffle, seed, max_size=None):
         import keras
-        import tensorflow as tf
 
         floatx = keras.config.floatx()
         self.data = tuple(_as_tuples(s, floatx) for s in (x, y, sample_weight) if s is not None)
         self.batch, self.rank, self.size, self.shuffle, self.seed = batch, rank, size, shuffle, seed
         self.max_size = max_size or size  # the largest group the job may have
 
-        first = tf.nest.flatten(self.data)[0]
-        self.total = len(first)
+        self.total = len(keras.tree.flatten(self.data)[0])
         if self.total // size == 0:
             raise ValueError(f"{self.total} samples cannot be split across {size} ranks; use fewer ranks (-n)")
-        self._tf = tf
+        self.first_epoch, self.start = 0, 0  # where the fit begins: set by dataset()
+        self._counting, self._epoch_iterator = False, None
 
     # ------------------------------------------------------------------------------------------------ positions
     def steps(self, position=0) -> int:
@@ -120,21 +119,22 @@ class EpochOrder:
             position += span
 
     # ------------------------------------------------------------------------------------------------- for fit
+    def start_of(self, epoch) -> int:
+        """Samples of `epoch` consumed before this fit trains it: the resumed one's commit position, else 0."""
+        return self.start if epoch == self.first_epoch else 0
+
     def dataset(self, first_epoch, start):
         """A dataset Keras re-reads every epoch: the first read is `first_epoch` from `start`, each later read the
-        next epoch whole. Reads count from the first one Keras makes after `counting()` (not its look at the first
+        next epoch whole. Reads count from the first one Keras makes after seen_by_fit() (not its look at the first
         batch while building the model)."""
-        tf = self._tf
+        import tensorflow as tf
+
+        self.first_epoch, self.start = first_epoch, start
         epochs = itertools.count(first_epoch)
-        self._reads = {"counting": False, "epochs": epochs, "first": first_epoch, "start": start}
 
         def index_batches():
-            if self._reads["counting"]:
-                epoch = next(self._reads["epochs"])
-                begin = start if epoch == first_epoch else 0
-            else:
-                epoch, begin = first_epoch, start
-            yield from self.rank_indices(epoch, begin)
+            epoch = next(epochs) if self._counting else first_epoch
+            yield from self.rank_indices(epoch, self.start_of(epoch))
 
         # Only the indices come from Python; the samples are gathered in TensorFlow, from one copy of the arrays
         # (as Keras' own array input does): a batch copied in Python each step made a small model's fit 1.3x slower.
@@ -150,15 +150,15 @@ class EpochOrder:
         """Keras built the model (perhaps reading a first batch): from now on each read of the dataset is the next
         epoch. `epoch_iterator` is fit's, whose epoch length set_epoch_length() sets (the first one seen: validation's
         evaluate comes through here too)."""
-        self._reads["counting"] = True
-        if getattr(self, "_epoch_iterator", None) is None:
+        self._counting = True
+        if self._epoch_iterator is None:
             self._epoch_iterator = epoch_iterator
 
     def set_epoch_length(self, start):
         """The steps Keras takes in the epoch about to begin: the rest from `start`, then whole epochs. Keras'
         loop stops there, before asking for a batch the epoch does not have (running out of data would end the
         epoch inside a train step, where a TensorFlow collective's key may already have been drawn)."""
-        iterator = getattr(self, "_epoch_iterator", None)
+        iterator = self._epoch_iterator
         if iterator is None or not hasattr(iterator, "_num_batches"):
             raise RuntimeError(
                 "this Keras version's fit did not show jupyter-dl its epoch iterator; an elastic fit over arrays "

@@ -241,8 +241,8 @@ class KerasHooks:
             self.updates.scale_for_sharded_data(model.optimizer)  # before any callback reads or sets the rate
         extra = self._our_callbacks(model, x, kwargs, checkpoint, resume)
         order = self._global_order(whole, resume) if whole is not None else None
+        within = elastic_batches.resume_point(resume)
         if order is not None:  # this rank's share of each step of the global order, from where the commit left it
-            within = (resume or {}).get("meta", {}).get("within") or {}
             first = kwargs.get("initial_epoch") or 0
             start = within.get("position", 0) if within.get("epoch") == first else 0
             x, y = order.dataset(first, start), None
@@ -250,7 +250,7 @@ class KerasHooks:
             kwargs.setdefault("validation_batch_size", order.batch)  # Keras would validate in batches of 32
             kwargs["shuffle"] = False  # the order shuffles; Keras would warn that it cannot shuffle a dataset
             kwargs["steps_per_epoch"] = order.steps(0)
-        elif self.rank == 0 and ((resume or {}).get("meta", {}).get("within") or {}).get("position"):
+        elif self.rank == 0 and within.get("position"):
             # The last group stopped inside an epoch; this one (a --balance split) cannot take the rest of it.
             print(f"[jupyter-dl] epoch {kwargs['initial_epoch'] + 1} starts again from its beginning on this group")
         kept = list(enumerate(callbacks))  # (index in the cell's list, callback): commits name them by index
@@ -434,20 +434,17 @@ class KerasHooks:
     def _global_order(self, whole, resume):
         """An elastic fit over plain arrays: the global sample order that lets a group change inside an epoch (its
         seed rank 0's, or the commit's when resuming), or None where commits stay at epoch ends."""
-        from jupyter_dl.runtime.sharding import _is_array_like
-
         x, y, kwargs = whole
         steps, seconds = self.elastic[3]
         weights = kwargs.get("sample_weight")
         if (
             (steps <= 0 and seconds <= 0)
             or kwargs.get("steps_per_epoch")
-            or not _is_array_like(x)
             or (y is None and weights is not None)  # (x, weights) would read as (x, y)
             or not elastic_batches.plain_arrays(x, y, weights)
         ):
             return None
-        seed = ((resume or {}).get("meta", {}).get("within") or {}).get("seed")
+        seed = elastic_batches.resume_point(resume).get("seed")
         if seed is None:
             seed = backend().broadcast_object(elastic_batches.seed_from_numpy(), name=f"jdl.elastic.seed.{self._fits}")
         batch = kwargs.get("batch_size") or 32
