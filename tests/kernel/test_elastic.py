@@ -224,6 +224,15 @@ def _run_within(session, digits, n, backend, records, at=(1, 6, 2), kill=False):
     return result, result.values["history"]
 
 
+_FIXED_WITHIN: dict = {}  # backend -> the History of WITHIN_EPOCH_CELL on a fixed 2 ranks, run once per backend
+
+
+def _fixed_within_history(session, digits, backend, records):
+    if backend not in _FIXED_WITHIN:
+        _FIXED_WITHIN[backend] = _run_within(session, digits, 2, backend, records, at=(-1, 0, 0))[1]
+    return _FIXED_WITHIN[backend]
+
+
 def _times_each_sample_was_trained(records) -> dict:
     """{(epoch, group size): per-sample counts summed over the ranks of that size}, from the ranks' last saves."""
     counts: dict = {}
@@ -240,7 +249,7 @@ def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest
     from jupyter_dl.kernel.job.elastic import ElasticGroups
 
     monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
-    fixed, fixed_history = _run_within(session, digits, 2, backend, tmp_path / "fixed", at=(-1, 0, 0))
+    fixed_history = _fixed_within_history(session, digits, backend, tmp_path / "fixed")
     # The kernel grows the job only once rank 0 reached step 6 of epoch 1 (its "go"): the next commit point, after
     # step 8, is where the group changes, however fast the new engines start.
     gate, decide = tmp_path / "elastic" / "go", ElasticGroups.wanted_change
@@ -462,14 +471,20 @@ def test_bad_elastic_options_are_refused_in_one_line_before_anything_starts():
 
 
 # --------------------------------------------------------------------------------------- with a GPU pool
-def test_an_elastic_job_gives_gpus_back_when_another_users_gang_arrives(session, digits, tmp_path, monkeypatch):
-    """ann's 2:4 job holds the pool's 4 (simulated) GPUs on 4 engines; bob's 2-GPU gang arrives; the pool asks
-    ann's job to shrink, it does so at its next commit point, and bob's gang is granted while ann's job goes on."""
+def test_an_elastic_job_gives_gpus_back_in_the_middle_of_an_epoch_when_another_users_gang_arrives(
+    session, digits, tmp_path, monkeypatch
+):
+    """ann's 2:4 job holds the pool's 4 (simulated) GPUs on 4 engines; bob's 2-GPU gang arrives while ann's job is
+    at step 6 of epoch 1; the pool asks ann's job to shrink, it does so at its next commit point (after step 8), bob's
+    gang is granted, and 2 ranks train the rest of that epoch: every sample once."""
     from local_hub import SERVICE, running_hub, user_token
 
     from jupyter_dl.pool.client import PoolClient
 
+    monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
+    fixed_history = _fixed_within_history(session, digits, "horovod", tmp_path / "fixed")
     session.cluster.ensure(4)
+    records = tmp_path / "elastic"
     with running_hub(tmp_path, {"ann", "bob"}, ["--simulate-gpus=sim0:4", "--max-gpus=4"]) as hub:
         scopes = [f"access:services!service={SERVICE}"]
         bob = PoolClient(hub["url"], user_token(hub, "bob", scopes))
@@ -478,13 +493,13 @@ def test_an_elastic_job_gives_gpus_back_when_another_users_gang_arrives(session,
         outcome: dict = {}
 
         def run():
-            outcome["value"] = _run(session, digits, (2, 4), "horovod", epochs=10, wait_at=5, wait_size=4)
+            outcome["value"] = _run_within(session, digits, (2, 4), "horovod", records, at=(1, 6, 4))
 
         job = threading.Thread(target=run)
         job.start()
         deadline = time.monotonic() + 180
-        while not any(j.n == 4 and j.state == "running" for j in session.jobs.all() if j.membership):
-            assert time.monotonic() < deadline and job.is_alive(), "the elastic job never ran on 4 ranks"
+        while not (records / "go").exists():  # rank 0 of 4 ranks at step 6 of epoch 1, waiting for a change
+            assert time.monotonic() < deadline and job.is_alive(), "the elastic job never reached step 6 on 4 ranks"
             time.sleep(0.1)
         arrived = time.monotonic()
         ticket = bob.submit(2, job="bob-gang", owner="kernel-bob")
@@ -495,10 +510,18 @@ def test_an_elastic_job_gives_gpus_back_when_another_users_gang_arrives(session,
         job.join(180)
         result, history = outcome["value"]
         membership = result.job.membership
-        assert [change["n"] for change in membership][-1] == 2
-        assert membership[-1]["reason"].startswith("shrank: ") and "bob" in membership[-1]["reason"]
-        assert result.job.state == "succeeded" and history.epoch == list(range(10))
+        assert [change["n"] for change in membership] == [4, 2]
+        assert membership[1]["reason"].startswith("shrank: ") and "bob" in membership[1]["reason"]
+        assert result.job.state == "succeeded" and result.diverged is None and history.epoch == [0, 1, 2, 3]
         assert len(result.job.gpus) == 2
+        counts = _times_each_sample_was_trained(records)
+        # Epoch 1 ran on both groups: 4 ranks to the commit after step 8 (8 x 128 samples), 2 ranks the rest.
+        assert sorted(counts) == [(0, 4), (1, 2), (1, 4), (2, 2), (3, 2)]
+        assert counts[(1, 4)].sum() == 8 * 128 and counts[(1, 2)].sum() == WITHIN_SAMPLES - 8 * 128
+        for epoch in range(4):
+            seen = sum(count for (e, _), count in counts.items() if e == epoch)
+            assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+        assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
         print(f"bob's gang granted {granted_after:.1f}s after it arrived; ann's groups {membership}")
         bob.release(ticket["id"])
 
