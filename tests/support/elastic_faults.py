@@ -8,15 +8,21 @@ clocks: one host), so that after the job the bench can check that no commit was 
 
 - `begin` (the cell started on a rank), `start` (the epoch its fit began at: 0, or the epoch after the commit it
   resumed from), `step` (its first training step done), `epoch_end` (written before the commit of that epoch is
-  taken), `inject` (the fault, just before it strikes), `heard` (rank 0 saw the kernel's grow request).
+  taken), `inject` (the fault, just before it strikes), `heard` (rank 0 saw the kernel's grow request),
+  `trained` (after every step: the samples trained so far in the epoch, and the commits made before this step's),
+  `step_begin` (the commits made so far), `ended` (how this run's fit ended, and its commits).
 
-A finished job loses no commit when its History holds every planned epoch once, the optimizer's step count equals
-the steps those epochs took on the group that ran each, the ranks ended with equal weights, and every run of the
-cell after a change began exactly after the last epoch its surviving ranks committed.
+A finished job loses no commit when its History holds every planned epoch once; every sample of every epoch was
+trained exactly once in the steps the groups' commits hold (each rank notes after every step which samples it trained
+so far in the epoch, and the commits it made before that step: a group that resumed from an older commit than its
+survivors held trains samples twice, one that skipped some never); the optimizer's step count equals those committed
+steps; the ranks ended with equal weights; and every run of the cell after a change began in the epoch after the last
+one its surviving ranks committed at the epoch's end. Mid-epoch faults strike after step 5 of an epoch, with commit
+points every 3 steps (the soak sets `elastic_commit_steps`): the survivors go on from inside the epoch.
 """
 
+import collections
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -69,14 +75,18 @@ if POINT == "regroup" and RANK == FAULT_RANK and SIZE == FAULT_SIZE and os.path.
     if first("struck"):
         strike()
 
-class Seen(keras.metrics.Metric):  # samples this rank trained on in the epoch
+class Seen(keras.metrics.Metric):  # how often this rank trained on each sample in the epoch (ids: y's 2nd column)
     def __init__(self, name="seen", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+        self.counts = self.add_variable(shape=(SAMPLES,), initializer="zeros", name="counts")
     def update_state(self, y_true, y_pred, sample_weight=None):
-        self.count.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
+        ids = keras.ops.cast(y_true[:, 1], "int32")
+        self.counts.assign_add(keras.ops.sum(keras.ops.one_hot(ids, SAMPLES), axis=0))
     def result(self):
-        return self.count
+        return keras.ops.sum(self.counts)
+
+def commits():
+    return elastic.commit_count(elastic.running_job()[0])
 
 # This run's firsts live outside the callback: an elastic job puts a callback's committed attributes back on resume.
 FIRSTS = {"start", "step"}
@@ -87,11 +97,17 @@ class Faults(keras.callbacks.Callback):
             FIRSTS.discard("start")
             note("start", epoch=epoch)
         self.epoch = epoch
+    def on_train_batch_begin(self, batch, logs=None):
+        note("step_begin", epoch=self.epoch, commits=commits())  # after the commit point of the step before, if any
     def on_train_batch_end(self, batch, logs=None):
         if "step" in FIRSTS:
             FIRSTS.discard("step")
             note("step", epoch=self.epoch, batch=batch)
-        if batch == 2 and here("batch", self.epoch):
+        # The samples this rank trained on so far in this epoch (this run), and its commits before this step's.
+        counts = SEEN.counts.numpy().astype(int)
+        note("trained", epoch=self.epoch, steps=batch + 1, commits=commits(),
+             ids=np.repeat(np.arange(SAMPLES), counts).tolist())
+        if batch == STRIKE_BATCH and here("batch", self.epoch):
             strike()
     def on_epoch_end(self, epoch, logs=None):
         if here("epoch_end", epoch):
@@ -107,10 +123,20 @@ class Faults(keras.callbacks.Callback):
 keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(SAMPLES, 8)).astype("float32")
-y = x.sum(1)
+y = np.stack([x.sum(1), np.arange(SAMPLES)], axis=1).astype("float32")  # the target, and each sample's id
+
+def mse(y_true, y_pred):
+    return keras.losses.mean_squared_error(y_true[:, :1], y_pred)
+
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[Seen()])
-history = model.fit(x, y, epochs=EPOCHS, batch_size=BATCH, verbose=0, callbacks=[Faults()])
+SEEN = Seen()
+model.compile(keras.optimizers.Adam(0.01), mse, metrics=[SEEN])
+try:
+    history = model.fit(x, y, epochs=EPOCHS, batch_size=BATCH, verbose=0, callbacks=[Faults()])
+except BaseException as exc:  # a membership change (after its commit) or a peer's loss: what this run committed
+    note("ended", how=type(exc).__name__, commits=commits())
+    raise
+note("ended", how="finished", commits=commits())
 steps = int(model.optimizer.iterations.numpy())
 """
 
@@ -123,6 +149,7 @@ class ElasticFault:
     rank: int = 1  # the rank that fails
     size: int = 2  # ...in a group of this size
     epoch: int = 2
+    batch: int = 4  # a mid-epoch fault strikes after this step (0-based) of the epoch: with commits every 3 steps
     grow: bool = False  # the job starts on 1 engine (the other was taken away) and grows into its replacement
     expect: str = "finished"  # finished | rank_error | stalled
     ename: str = "RuntimeError"  # the exception a rank_error names
@@ -139,6 +166,7 @@ class ElasticFault:
             "FAULT_RANK": self.rank,
             "FAULT_SIZE": self.size,
             "FAULT_EPOCH": self.epoch,
+            "STRIKE_BATCH": self.batch,
             "GROW": self.grow,
             "EPOCHS": EPOCHS,
             "SAMPLES": SAMPLES,
@@ -219,13 +247,52 @@ class ElasticRun:
             return ["no History came back"]
         if history.epoch != list(range(EPOCHS)):
             problems.append(f"History epochs {history.epoch}, planned {list(range(EPOCHS))}")
-        expected_steps = sum(math.ceil(round(seen) / BATCH) for seen in history.history.get("seen", []))
-        if values.get("steps") != expected_steps:
-            problems.append(f"optimizer took {values.get('steps')} steps, its epochs had {expected_steps}")
+        parts, missing = self.committed_parts()
+        problems += missing
+        committed_steps = sum(steps for steps, _ in parts.values())
+        if values.get("steps") != committed_steps:
+            problems.append(f"optimizer took {values.get('steps')} steps, the groups' commits hold {committed_steps}")
+        for epoch in range(EPOCHS):
+            ids = [i for (_, e), (_, trained) in parts.items() if e == epoch for i in trained]
+            times = collections.Counter(collections.Counter(ids).get(i, 0) for i in range(SAMPLES))
+            if set(times) != {1}:
+                groups = {g: steps for (g, e), (steps, _) in parts.items() if e == epoch}
+                problems.append(f"epoch {epoch}: samples by times trained {dict(times)}; steps by group {groups}")
         if getattr(self.result, "diverged", None):
             problems.append(f"ranks ended apart: {self.result.diverged}")
         problems += self._resumed_after_commits()
         return problems
+
+    def committed_parts(self) -> tuple:
+        """({(group, epoch): (steps, sample ids)}, problems): per group of the job (its index in job.membership) and
+        epoch, how many of its steps its commits hold and the samples all its ranks trained in them. A `trained` note
+        is committed when a later note of the same run counts more commits; a group's committed steps are the most
+        any of its ranks saw committed (a rank that died just before a commit point saw fewer); each rank's samples
+        are those of its note at that step."""
+        changes = [change["t"] for change in self.result.job.membership]
+        runs = collections.defaultdict(list)
+        for e in self.events:
+            runs[e["run"]].append(e)
+        steps, trained = {}, collections.defaultdict(dict)  # (group, epoch) -> steps; -> {run: {steps: ids}}
+        for run, notes in runs.items():
+            group = max([i for i, t in enumerate(changes) if t < notes[0]["t"]], default=0)
+            counted = [(i, e["commits"]) for i, e in enumerate(notes) if "commits" in e]
+            for i, e in enumerate(notes):
+                if e["event"] != "trained":
+                    continue
+                key = (group, e["epoch"])
+                trained[key].setdefault(run, {})[e["steps"]] = e["ids"]
+                if any(later > e["commits"] for j, later in counted if j > i):
+                    steps[key] = max(steps.get(key, 0), e["steps"])
+        parts, problems = {}, []
+        for key, k in steps.items():
+            ids = []
+            for run, by_steps in trained[key].items():
+                if k not in by_steps:
+                    problems.append(f"group {key[0]} committed {k} steps of epoch {key[1]}; run {run} noted none there")
+                ids += by_steps.get(k, [])
+            parts[key] = (k, ids)
+        return parts, problems
 
     def _resumed_after_commits(self) -> list:
         """Each group after a change (job.membership, recorded before its ranks start) must begin its fit at the
