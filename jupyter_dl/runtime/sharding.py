@@ -198,6 +198,7 @@ def array_samples(x) -> int | None:
 def shard_fit_inputs(x, y, kwargs, rank, size, shares=None):
     """Shard what `fit` would read: arrays, frames and dicts of them, tf.data datasets, PyDatasets, generators.
     `shares`, when given, gets "validation": this rank's weight in the average of the validation metrics."""
+    kwargs = dict(kwargs)  # the caller's stay whole: an elastic fit orders all samples (sample weights too) from them
     x, y, kwargs = split_off_validation(x, y, kwargs)
     if _is_dataset(x) and kwargs.get("steps_per_epoch") is None and x.cardinality() >= size and _caches(x):
         x, kwargs["steps_per_epoch"] = _cached_share(x, rank, size)  # global steps: made per rank below
