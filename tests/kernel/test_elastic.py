@@ -320,6 +320,85 @@ def test_other_inputs_than_arrays_keep_their_epoch_end_commits(session, digits):
     assert result.job.state == "succeeded" and result.values["history"].epoch == [0, 1]
 
 
+# Cells as notebooks write them, each with a callback that kills rank 1 after step 5 of epoch 1 on 2 ranks (once):
+# past the commit point after step 3, so the survivor goes on from inside the epoch.
+KILL_MID_EPOCH = """
+import os
+import numpy as np
+import keras
+from jupyter_dl.runtime.job_backend import backend
+
+class Kill(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+    def on_train_batch_end(self, batch, logs=None):
+        rank, size = backend().rank_and_size()
+        if self.epoch == KILL_EPOCH and batch == 4 and (rank, size) == (1, 2) and not os.path.exists(MARK):
+            open(MARK, "w").close()
+            os._exit(1)
+
+rng = np.random.default_rng(0)
+"""
+EVERYDAY_FITS = {
+    # A functional model over a dict of inputs, validation_split and class_weight.
+    "dict-inputs": """
+a, b = rng.normal(size=(600, 5)).astype("float32"), rng.normal(size=(600, 3)).astype("float32")
+y = (a[:, 0] + b[:, 0] > 0).astype("int32")
+ia, ib = keras.Input((5,), name="a"), keras.Input((3,), name="b")
+hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([ia, ib]))
+model = keras.Model({"a": ia, "b": ib}, keras.layers.Dense(2, activation="softmax")(hidden))
+model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit({"a": a, "b": b}, y, epochs=4, batch_size=16, validation_split=0.2,
+                    class_weight={0: 1.0, 1: 2.0}, callbacks=[Kill()], verbose=0)
+""",
+    # Transfer learning's two fits in one cell: the first (frozen base) done, the second killed and resumed.
+    "fine-tuning": """
+x = rng.normal(size=(640, 8)).astype("float32")
+y = (x.sum(1) > 0).astype("int32")
+base = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu")], name="base")
+model = keras.Sequential([base, keras.layers.Dense(2, activation="softmax")])
+base.trainable = False
+model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+base.trainable = True
+model.compile(keras.optimizers.Adam(1e-4), "sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit(x, y, epochs=5, initial_epoch=2, batch_size=16, callbacks=[Kill()], verbose=0)
+""",
+    # Sample weights with a weighted validation set, EarlyStopping with its best weights, ReduceLROnPlateau.
+    "weighted-early-stopping": """
+x = rng.normal(size=(800, 8)).astype("float32")
+y = x.sum(1, keepdims=True)
+w = rng.uniform(0.5, 1.5, size=800).astype("float32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+model.compile(keras.optimizers.Adam(0.01), "mse")
+callbacks = [keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True),
+             keras.callbacks.ReduceLROnPlateau(patience=1), Kill()]
+history = model.fit(x, y, sample_weight=w, validation_data=(x[:100], y[:100], w[:100]), epochs=5, batch_size=32,
+                    callbacks=callbacks, verbose=0)
+""",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVERYDAY_FITS))
+def test_everyday_fits_go_on_from_inside_an_epoch_after_a_rank_is_killed(session, kind, tmp_path, monkeypatch):
+    monkeypatch.setattr(session.runner, "elastic_commit_steps", 3)
+    mark, kill_epoch = tmp_path / "killed", 3 if kind == "fine-tuning" else 1
+    cell = KILL_MID_EPOCH + EVERYDAY_FITS[kind]
+    result = session.runner.run(
+        CellWork(cell, {"MARK": str(mark), "KILL_EPOCH": kill_epoch}, 2), RunOptions(n=(1, 2), name=kind)
+    )
+    assert mark.exists(), "rank 1 was never killed"
+    membership = result.job.membership
+    assert [change["n"] for change in membership][:2] == [2, 1] and membership[1]["reason"].startswith("lost rank 1")
+    assert result.job.state == "succeeded" and result.diverged is None
+    epochs = result.values["history"].epoch
+    if kind == "weighted-early-stopping":  # EarlyStopping may end it before its 5 epochs
+        assert epochs == list(range(len(epochs))) and len(epochs) > 2
+    else:
+        assert epochs == {"dict-inputs": [0, 1, 2, 3], "fine-tuning": [2, 3, 4]}[kind]
+    assert all(np.isfinite(w).all() for w in result.values["model"].get_weights())
+
+
 # Rank 1's engine dies at the end of epoch 1 on 2 ranks; rank 0 writes the error its fit ended with to REPORT.
 DEAD_PEER_CELL = """
 import os
