@@ -138,6 +138,8 @@ def _is_induced(exc) -> bool:
         or ("UnavailableError" in text and "ollective" in text)
         or "a peer left the job" in text
         or "stopped sending heartbeats" in text
+        # The coordination service lost a task's heartbeats (its host cut off) and aborted every collective
+        or "Collective ops is aborted by" in text
         or ("gloo" in text.lower() and ("connection closed" in text.lower() or "timed out" in text.lower()))
     )
 

@@ -300,6 +300,58 @@ def test_a_host_cut_off_mid_job_ends_it_and_the_next_job_runs_on_the_other(sessi
         _fresh_engines_on(1)  # host b's engines were lost with the link: the next test gets new ones
 
 
+ELASTIC_LINK_CUT_CELL = """
+import os
+import keras
+
+class CutHere(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 1 and batch == 5 and not os.path.exists(MARKER):  # past epoch 1's commit after step 4
+            open(MARKER, "w").close()
+
+keras.utils.set_random_seed(1)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit(x_train, y_train, epochs=4, batch_size=8, verbose=0, callbacks=[CutHere()])
+"""
+
+
+@pytest.mark.parametrize("backend", ["horovod", "tf"])
+def test_an_elastic_job_goes_on_on_the_hosts_left_when_a_host_is_cut_off(
+    session, digits, tmp_path, backend, monkeypatch, capsys
+):
+    """A `-n 2:4` job on both hosts; host b's link goes down inside epoch 1. Host a's 2 ranks (the job's MIN) go on
+    from the last commit, inside that epoch, without a restart; the job ends with all its epochs."""
+    from jupyter_dl.kernel.job.work import CellWork
+    from jupyter_dl.wire.options import RunOptions
+
+    marker = str(tmp_path / "training")
+    session.runner.collective_timeout = COLLECTIVE_TIMEOUT
+    monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
+    cutter, cut = netns.cut_link_when(marker, 1)
+    try:
+        result = session.runner.run(
+            CellWork(ELASTIC_LINK_CUT_CELL, {**digits, "MARKER": marker}),
+            RunOptions(n=(2, 4), timeout=600, stall_timeout=0, plot=False, name="elastic-link-cut", backend=backend),
+        )
+        membership = result.job.membership
+        print(f"{backend}: groups {membership}; {capsys.readouterr().err[-600:]}")
+        assert [change["n"] for change in membership] == [4, 2]
+        assert "jdl-host-b" in membership[1]["reason"], membership[1]["reason"]
+        assert result.job.state == "succeeded" and result.diverged is None
+        assert result.values["history"].epoch == [0, 1, 2, 3]
+        cut_at = time.time() - (time.monotonic() - cut["t"])  # the cut on the wall clock the membership uses
+        recovered = membership[1]["t"] - cut_at
+        print(f"{backend}: link cut -> the 2 ranks left regrouped in {recovered:.1f}s")
+    finally:
+        cutter.join(1)
+        netns.set_link(1, up=True)
+        _fresh_engines_on(1)
+
+
 def _hostname_and_size():
     import socket
 

@@ -11,6 +11,7 @@ recorded with its reason, for the cell, the job store and the panel.
 import time
 
 from jupyter_dl.cluster.size_checks import counted
+from jupyter_dl.kernel.job.lost_hosts import silent_hosts
 from jupyter_dl.kernel.job.placement import gpu_key, gpu_keys, gpu_of
 from jupyter_dl.wire import remote
 
@@ -25,12 +26,17 @@ class ElasticGroups:
         self.changes: list = []  # {"t", "n", "reason"} per group, the first included
         self._checked_at = -float("inf")
         self._pending_check = None  # (engine ids, AsyncResult) of the last readiness look
+        # Engines on a host cut off from the kernel: ipyparallel lists them for ~30 s more, but no group may use them
+        self.unreachable: set = set()
+
+    def _live(self) -> list:
+        return [eid for eid in self.cluster.engine_ids() if eid not in self.unreachable]
 
     # --------------------------------------------------------------------------------------- group sizes
     def usable_engines(self) -> list:
         """Live engines a group may use: all of them, or with a pool's lease on GPU engines, those pinned to the GPUs
         it holds (CPU engines take simulated GPUs, one per rank)."""
-        live = self.cluster.engine_ids()
+        live = self._live()
         if self.lease is None:
             return live
         infos = self.cluster.describe(live)
@@ -65,6 +71,20 @@ class ElasticGroups:
     def _shrink_request(self):
         return self.lease.shrink_request() if self.lease is not None else None
 
+    def lost_with_silent_hosts(self, ids, hosts, outcomes) -> list:
+        """The failed group's outcomes with the ranks of each host that stopped answering (its link or the host is
+        down) marked lost, as a dead engine's are: the others go on without them. Those engines are left out of
+        every later group."""
+        if len(set(hosts)) < 2:
+            return outcomes
+        silent = silent_hosts(self.cluster.client, ids, hosts)
+        marked = list(outcomes)
+        for host, ranks in silent.items():
+            for rank in ranks:
+                self.unreachable.add(ids[rank])
+                marked[rank] = {"ok": False, "ename": "HostLost", "evalue": f"host {host} stopped answering"}
+        return marked
+
     def record(self, n, reason):
         self.changes.append({"t": time.time(), "n": n, "reason": reason})
 
@@ -89,7 +109,7 @@ class ElasticGroups:
         # Each change costs a commit point and a new group: grow once, into every engine that is starting, unless
         # that makes the ready ones wait too long.
         starting = self.cluster.expected - len(self.cluster.engine_ids())
-        everyone = len(ready) == len([eid for eid in self.cluster.engine_ids() if eid not in ids]) and starting <= 0
+        everyone = len(ready) == len([eid for eid in self._live() if eid not in ids]) and starting <= 0
         enough = len(ids) + len(ready) >= self.max_n
         if everyone or enough or time.monotonic() - self._ready_since >= self.grow_wait:
             return f"grew: {counted(min(self.available(), self.max_n) - len(ids), 'engine')} free"
@@ -112,7 +132,7 @@ class ElasticGroups:
         if now - self._checked_at < self.READY_CHECK_S:
             return None
         self._checked_at = now
-        free = [eid for eid in self.cluster.engine_ids() if eid not in ids]
+        free = [eid for eid in self._live() if eid not in ids]
         if not free:
             return []
         self.cluster.describe(free)  # starts their import of TensorFlow, once

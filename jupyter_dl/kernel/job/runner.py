@@ -367,11 +367,13 @@ class JobRunner(Configurable):
             outcomes, ars, ending = self._execute(jr, ids, groups)
             change = outcomes[0].get("membership_change") if ending.status == "ok" and outcomes[0] else None
             committed = committed or any((o or {}).get("commits", 0) for o in outcomes)
+            if ending.status == "failed":  # ranks on a host cut off from the kernel are lost too, not just stopped
+                outcomes = groups.lost_with_silent_hosts(ids, job.hosts, outcomes)
             left = elastic.survivors(ids, outcomes, committed) if ending.status == "failed" else []
             if change:
                 survivors, reason, at = list(ids), change, outcomes[0].get("membership_at", "")
             elif left:
-                commits = max(o.get("commits", 0) for o in outcomes if o)
+                commits = max(o.get("commits") or 0 for o in outcomes if o)
                 futile = futile + 1 if commits <= commits_before else 1
                 commits_before = max(commits, commits_before)
                 if futile >= self.ELASTIC_FUTILE_LOSSES:
@@ -575,6 +577,20 @@ def _take_dtype_policy(name):
 
 
 def _lost_ranks_text(hosts, outcomes) -> str:
-    """'rank 1 on host-b': the ranks an elastic group lost (a dead engine cannot be asked where it was)."""
-    lost = [f"rank {r} on {host}" for r, (host, o) in enumerate(zip(hosts, outcomes)) if o and not o.get("induced")]
+    """'rank 1 on host-b', 'host host-b (ranks 2, 3)': the ranks an elastic group lost (a dead engine cannot be asked
+    where it was)."""
+    silent: dict = {}
+    for rank, (host, outcome) in enumerate(zip(hosts, outcomes)):
+        if outcome and outcome.get("ename") == "HostLost":
+            silent.setdefault(host, []).append(rank)
+    lost = [f"host {host} ({counted_ranks(ranks)})" for host, ranks in silent.items()]
+    lost += [
+        f"rank {r} on {host}"
+        for r, (host, o) in enumerate(zip(hosts, outcomes))
+        if o and not o.get("induced") and host not in silent
+    ]
     return ", ".join(lost) or "a rank"
+
+
+def counted_ranks(ranks) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
