@@ -638,6 +638,19 @@ def test_after_a_commit_only_ranks_holding_one_survive_a_loss():
     assert survivors([6, 7, 8], [holder, dead, newcomer], committed=True) == [6]  # engine 6 leads, 8 joins as new
 
 
+def test_the_ranks_of_a_silent_host_count_as_lost_and_are_named_by_host():
+    from jupyter_dl.kernel.job.elastic import survivors
+    from jupyter_dl.kernel.job.runner import _lost_ranks_text
+
+    silent = {"ok": False, "ename": "HostLost", "evalue": "host b stopped answering"}
+    left = {"ok": False, "induced": True, "ename": "UnknownError", "commits": 5}
+    dead = {"ok": False, "died": True, "ename": "EngineError"}
+    assert survivors([1, 2, 3, 4], [left, left, silent, silent], committed=True) == [1, 2]
+    hosts = ["a", "a", "b", "b"]
+    assert _lost_ranks_text(hosts, [left, left, silent, silent]) == "host b (ranks 2, 3)"
+    assert _lost_ranks_text(hosts, [left, dead, silent, silent]) == "host b (ranks 2, 3), rank 1 on a"
+
+
 # ------------------------------------------------------------------------------ Horovod's own elastic API, --manual
 # Horovod's TF2 elastic example on digits: a TensorFlowKerasState committed after every batch; rank 0 writes each
 # step it took (epoch, batch, group size) to STEPS. Rank 1 dies once, right after the commit that follows batch 3 of
