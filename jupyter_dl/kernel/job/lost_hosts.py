@@ -22,3 +22,8 @@ def silent_hosts(client, ids, hosts, timeout=2.0) -> dict:
     return {
         host: [rank for rank, _ in ranks] for host, ranks in by_host.items() if all(eid in silent for _, eid in ranks)
     }
+
+
+def counted_ranks(ranks) -> str:
+    """'rank 2' or 'ranks 2, 3'."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

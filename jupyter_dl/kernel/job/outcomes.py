@@ -3,7 +3,7 @@ that caused a failure, not the peers that only failed because it left)."""
 
 from jupyter_dl.cluster.size_checks import counted
 from jupyter_dl.errors import HostLost, JobCancelled, JobStalled, JobTimeout, RankError
-from jupyter_dl.kernel.job.lost_hosts import silent_hosts
+from jupyter_dl.kernel.job.lost_hosts import counted_ranks, silent_hosts
 from jupyter_dl.live.durations import format_duration
 from jupyter_dl.wire import payload
 
@@ -97,9 +97,8 @@ def raise_if_host_lost(job, cluster):
     host, ranks = next(iter(lost.items()))
     job.transition("failed", error=f"host {host} lost")
     raise HostLost(
-        f"job {job.name!r}: host {host} (rank{'s' if len(ranks) > 1 else ''} "
-        f"{', '.join(map(str, ranks))}) stopped answering during the job (its network link or the host "
-        f"is down); the other ranks were stopped. Run on the remaining hosts' engines "
+        f"job {job.name!r}: host {host} ({counted_ranks(ranks)}) stopped answering during the job (its network "
+        f"link or the host is down); the other ranks were stopped. Run on the remaining hosts' engines "
         f"(%dl_cluster status) or bring the host back"
     )
 

@@ -26,6 +26,7 @@ from jupyter_dl.kernel.job.elastic import ElasticGroups
 from jupyter_dl.kernel.job.elastic_board import ElasticBoard
 from jupyter_dl.kernel.job.feed import MetricsFeed
 from jupyter_dl.kernel.job.job_run import JobRun, notebook_dtype_policy
+from jupyter_dl.kernel.job.lost_hosts import counted_ranks
 from jupyter_dl.kernel.job.monitor import Monitor
 from jupyter_dl.kernel.job.observer import JobObserver
 from jupyter_dl.kernel.job.route import route
@@ -590,7 +591,3 @@ def _lost_ranks_text(hosts, outcomes) -> str:
         if o and not o.get("induced") and host not in silent
     ]
     return ", ".join(lost) or "a rank"
-
-
-def counted_ranks(ranks) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
