@@ -244,6 +244,13 @@ def _times_each_sample_was_trained(records) -> dict:
     return counts
 
 
+def _assert_every_sample_once_per_epoch(counts, epochs):
+    """Summed over every group that trained part of it, each epoch trained every sample exactly once."""
+    for epoch in range(epochs):
+        seen = sum(count for (e, _), count in counts.items() if e == epoch)
+        assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest_of_it_once(
     session, digits, backend, tmp_path, monkeypatch, capsys
@@ -267,9 +274,7 @@ def test_a_fit_grows_in_the_middle_of_an_epoch_and_the_new_group_trains_the_rest
     # Epoch 1 ran on both groups: 2 ranks to the commit after step 8 (8 x 64 samples), 4 ranks for the rest.
     assert sorted(counts) == [(0, 2), (1, 2), (1, 4), (2, 4), (3, 4)]
     assert counts[(1, 2)].sum() == 8 * 64 and counts[(1, 4)].sum() == WITHIN_SAMPLES - 8 * 64
-    for epoch in range(4):  # every sample once in every epoch, whichever group trained it
-        seen = sum(count for (e, _), count in counts.items() if e == epoch)
-        assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+    _assert_every_sample_once_per_epoch(counts, 4)
     assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
     assert "(was 2) from the commit after 512 of epoch 2's 1280 samples" in capsys.readouterr().err
 
@@ -289,9 +294,7 @@ def test_the_survivors_of_a_rank_killed_in_the_middle_of_an_epoch_go_on_from_its
     counts = _times_each_sample_was_trained(tmp_path)
     # The 2 ranks' part of epoch 1 is what rank 0 committed; the survivor (perhaps grown back meanwhile) the rest.
     assert counts[(1, 2)].sum() == 8 * 64 and (1, 1) in counts
-    for epoch in range(4):
-        seen = sum(count for (e, _), count in counts.items() if e == epoch)
-        assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+    _assert_every_sample_once_per_epoch(counts, 4)
     print(f"job with a rank killed mid-epoch took {took:.1f}s; groups {membership}")
 
 
@@ -599,9 +602,7 @@ def test_an_elastic_job_gives_gpus_back_in_the_middle_of_an_epoch_when_another_u
         # Epoch 1 ran on both groups: 4 ranks to the commit after step 8 (8 x 128 samples), 2 ranks the rest.
         assert sorted(counts) == [(0, 4), (1, 2), (1, 4), (2, 2), (3, 2)]
         assert counts[(1, 4)].sum() == 8 * 128 and counts[(1, 2)].sum() == WITHIN_SAMPLES - 8 * 128
-        for epoch in range(4):
-            seen = sum(count for (e, _), count in counts.items() if e == epoch)
-            assert (seen == 1).all(), f"epoch {epoch}: counts {np.unique(seen, return_counts=True)}"
+        _assert_every_sample_once_per_epoch(counts, 4)
         assert abs(history.history["accuracy"][-1] - fixed_history.history["accuracy"][-1]) < 0.05
         print(f"bob's gang granted {granted_after:.1f}s after it arrived; ann's groups {membership}")
         bob.release(ticket["id"])
