@@ -12,7 +12,6 @@ from jupyter_dl.backends.counting import counting_calls
 from jupyter_dl.backends.gradients import average_present, value_of
 
 NAME = "horovod"
-PEER_LOSS_SEEN_AT_ONCE = True  # gloo's connections to a dead peer close at once
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
 
 
@@ -205,9 +204,12 @@ def shutdown(failed=False):
         hvd.shutdown()
 
 
-def release_peers(message):
-    """Nothing to do: gloo sees a dead peer's connections close at once."""
-    return False
+def release_peers(message, addresses=()):
+    """End this rank's waits for peers at `addresses` (a host cut off): gloo sees a dead peer's connections close at
+    once, but a silent host's only after the collective timeout, so shut them down here. Callable from any thread."""
+    from jupyter_dl.runtime.peer_connections import cut_connections_to
+
+    return cut_connections_to(addresses) > 0
 
 
 def rank_and_size():

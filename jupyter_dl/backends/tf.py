@@ -18,7 +18,6 @@ NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
 # Seconds without a heartbeat before a rank counts as gone and every rank's collectives are aborted.
 HEARTBEAT_S = 10.0
-PEER_LOSS_SEEN_AT_ONCE = False  # between collectives, only after HEARTBEAT_S: elastic ranks hear it from the kernel
 REGISTER_MIN_S = 60.0  # seconds every rank may take to join a new group
 
 
@@ -194,9 +193,10 @@ def shutdown(failed=False):
     tf_ops.leave(failed)
 
 
-def release_peers(message):
-    """A peer's engine died (the kernel saw it): end this rank's collectives now. TensorFlow notices a peer gone
-    outside a collective only when its heartbeats have stopped for HEARTBEAT_S. Callable from any thread."""
+def release_peers(message, addresses=()):
+    """A peer was lost (the kernel saw its engine die or its host go silent): end this rank's collectives now.
+    TensorFlow notices a peer gone outside a collective only when its heartbeats have stopped for HEARTBEAT_S.
+    Callable from any thread."""
     if tf_ops.formed() is None:
         return False
     tf_ops.abort(message)

@@ -18,6 +18,7 @@ import contextlib
 import json
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -30,7 +31,7 @@ from jupyter_dl.runtime.lr_callbacks import rate_variable
 _COMMITS: dict = {}
 _COMMIT_COUNTS: dict = {}  # job id -> commits this rank has made in it: the kernel tells progress from a loop
 BOARD_TIMEOUT_S = 2.0  # rank 0's read of the kernel's request; a board that does not answer means "no change"
-LOSS_POLL_S = 0.25  # how often a rank whose backend is slow to see a dead peer asks the board whether one died
+LOSS_POLL_S = 0.25  # how often every rank asks the board whether a peer was lost: its heartbeat to the kernel
 
 
 class MembershipChange(BaseException):  # not an Exception: a cell's `except Exception` around fit must not stop it
@@ -140,36 +141,42 @@ _running: dict = {}  # the elastic job this rank runs now: job_id, board, loops 
 
 
 @contextlib.contextmanager
-def running(job_id, board_url):
-    """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs(); and, where the
-    backend sees a dead peer only late, a listener for the kernel's word that one died."""
+def running(job_id, board_url, rank):
+    """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs(); and a listener
+    that beats to the kernel and hears from it when a peer was lost."""
     _running.update(job_id=job_id, board=board_url)
-    listener = None if backend().PEER_LOSS_SEEN_AT_ONCE else _LossListener(board_url)
+    listener = _BoardListener(board_url, rank)
     try:
         yield
     finally:
-        if listener is not None:
-            listener.stop()
+        listener.stop()
         _running.clear()
         _current_board[0] = ""  # pending_change() after the job: no change, without asking a board that is gone
 
 
-class _LossListener:
-    """Asks the board every LOSS_POLL_S whether a peer's engine died, and then ends this rank's collectives (a rank
-    between collectives, at an epoch end, would otherwise wait in the next one for TensorFlow's heartbeat timeout,
-    10 s). The rank then leaves with its commits, as after any lost peer."""
+class _BoardListener:
+    """Asks the board every LOSS_POLL_S whether a peer was lost, which is also this rank's heartbeat: the kernel
+    counts a host whose ranks all stopped asking as cut off. On a loss it ends this rank's collectives at once (a
+    rank waiting for a dead peer on TensorFlow's collectives would otherwise wait for its heartbeat timeout, 10 s; one
+    waiting for a silent host on gloo, for Horovod's collective timeout), and the rank leaves with its commits, as
+    after any lost peer. It beats on after that, until the run ends."""
 
-    def __init__(self, board_url):
+    def __init__(self, board_url, rank):
+        from jupyter_dl.runtime.peer_connections import host_addresses
+
+        self._url = f"{board_url}?{urllib.parse.urlencode({'rank': rank, 'at': ','.join(host_addresses())})}"
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._listen, args=(board_url,), name="jdl-loss-listener", daemon=True)
+        self._thread = threading.Thread(target=self._listen, name="jdl-board-listener", daemon=True)
         self._thread.start()
 
-    def _listen(self, board_url):
+    def _listen(self):
+        released = False
         while not self._stopped.wait(LOSS_POLL_S):
-            lost = _read_board(board_url, "lost")
-            if lost and not self._stopped.is_set():  # (not once the job ended: the engine may run the next one)
-                backend().release_peers(f"a peer left the job ({lost})")
-                return
+            word = _board_word(self._url)
+            lost = word.get("lost")
+            if lost and not released and not self._stopped.is_set():  # (not once the run ended: the engine may
+                released = True  # run the next job)
+                backend().release_peers(f"a peer left the job ({lost})", word.get("cut") or [])
 
     def stop(self):
         self._stopped.set()
@@ -289,13 +296,18 @@ def _variables_of(objects) -> list:
 
 
 def _read_board(board_url, field="change") -> str | None:
-    if not board_url:
-        return None
+    return _board_word(board_url).get(field)
+
+
+def _board_word(url) -> dict:
+    """The board's answer ({} without a board, or when it does not answer)."""
+    if not url:
+        return {}
     try:
-        with urllib.request.urlopen(board_url, timeout=BOARD_TIMEOUT_S) as response:
-            return json.loads(response.read() or b"{}").get(field)
+        with urllib.request.urlopen(url, timeout=BOARD_TIMEOUT_S) as response:
+            return json.loads(response.read() or b"{}")
     except (OSError, ValueError):
-        return None
+        return {}
 
 
 def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs, within=None):

@@ -192,7 +192,7 @@ def run(spec: RankSpec) -> dict:
             _dtype_policy(spec.dtype_policy),
             _notebook_env(spec),
             hooks if hooks is not None else contextlib.nullcontext(),
-            elastic.running(spec.job_id, spec.elastic_board) if spec.elastic_board else contextlib.nullcontext(),
+            elastic.running(spec.job_id, spec.elastic_board, rank) if spec.elastic_board else contextlib.nullcontext(),
         ):
             random_state.restore(spec.random_state)  # last before the cell: setting up draws nothing after it
             if spec.mode == "cell":

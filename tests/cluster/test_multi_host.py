@@ -266,6 +266,7 @@ model.compile("sgd", "sparse_categorical_crossentropy")
 model.fit(x_train, y_train, epochs=200, batch_size=8, verbose=0, callbacks=[CutHere()])
 """
 COLLECTIVE_TIMEOUT = 8  # seconds a rank waits for a peer in a collective (c.JobRunner.collective_timeout)
+HOST_SILENCE = 3.0  # seconds without heartbeats before an elastic job counts a host lost (elastic_host_timeout)
 
 
 @pytest.mark.parametrize("backend", ["horovod", "tf"])
@@ -331,12 +332,15 @@ def test_an_elastic_job_goes_on_on_the_hosts_left_when_a_host_is_cut_off(
     session, digits, tmp_path, backend, monkeypatch, capsys
 ):
     """A `-n 2:4` job on both hosts; host b's link goes down inside epoch 1. Host a's 2 ranks (the job's MIN) go on
-    from the last commit, inside that epoch, without a restart; the job ends with all its epochs."""
+    from the last commit, inside that epoch, without a restart; the job ends with all its epochs. The collectives'
+    timeout stays at its default (120 s): host b's ranks stop beating, the kernel counts b lost after
+    elastic_host_timeout, and host a's ranks cut their connections to it and go on within seconds."""
     from jupyter_dl.kernel.job.work import CellWork
     from jupyter_dl.wire.options import RunOptions
 
     marker = str(tmp_path / "training")
-    session.runner.collective_timeout = COLLECTIVE_TIMEOUT
+    session.runner.collective_timeout = 120.0
+    monkeypatch.setattr(session.runner, "elastic_host_timeout", HOST_SILENCE)
     monkeypatch.setattr(session.runner, "elastic_commit_steps", 4)
     cutter, cut = netns.cut_link_when(marker, 1)
     try:
@@ -353,6 +357,7 @@ def test_an_elastic_job_goes_on_on_the_hosts_left_when_a_host_is_cut_off(
         cut_at = time.time() - (time.monotonic() - cut["t"])  # the cut on the wall clock the membership uses
         recovered = membership[1]["t"] - cut_at
         print(f"{backend}: link cut -> the 2 ranks left regrouped in {recovered:.1f}s")
+        assert recovered < HOST_SILENCE + 20, f"{recovered:.1f}s: the survivors waited for the collectives' timeout"
     finally:
         cutter.join(1)
         _restore_host(1)

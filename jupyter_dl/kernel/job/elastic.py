@@ -11,7 +11,7 @@ recorded with its reason, for the cell, the job store and the panel.
 import time
 
 from jupyter_dl.cluster.size_checks import counted
-from jupyter_dl.kernel.job.lost_hosts import silent_hosts
+from jupyter_dl.kernel.job.lost_hosts import counted_ranks, silent_hosts
 from jupyter_dl.kernel.job.placement import gpu_key, gpu_keys, gpu_of
 from jupyter_dl.wire import remote
 
@@ -77,13 +77,36 @@ class ElasticGroups:
         every later group."""
         if len(set(hosts)) < 2:
             return outcomes
-        silent = silent_hosts(self.cluster.client, ids, hosts)
+        unknown = [rank for rank, eid in enumerate(ids) if eid not in self.unreachable]  # (not found by heartbeats)
+        silent = silent_hosts(self.cluster.client, [ids[r] for r in unknown], [hosts[r] for r in unknown])
         marked = list(outcomes)
         for host, ranks in silent.items():
-            for rank in ranks:
+            for rank in (unknown[r] for r in ranks):
                 self.unreachable.add(ids[rank])
                 marked[rank] = {"ok": False, "ename": "HostLost", "evalue": f"host {host} stopped answering"}
         return marked
+
+    def lost_to_silence(self, board, ids, hosts, pending, timeout) -> dict:
+        """While a group runs: {rank: outcome} for the ranks of each host whose heartbeats (elastic_board.py) stopped
+        for `timeout` seconds, marked lost, as a dead engine's are. Their peers hear it from the board and end their
+        waits for them at once, instead of after the collective timeout; their engines are left out of every later
+        group, and killed and replaced where the cluster can."""
+        if timeout <= 0 or len(set(hosts)) < 2:
+            return {}
+        silent = {
+            host: ranks
+            for host, ranks in board.silent_hosts(hosts, pending, timeout).items()
+            if not any(ids[rank] in self.unreachable for rank in ranks)  # told once
+        }
+        lost: dict = {}
+        for host, ranks in silent.items():
+            engines = [ids[rank] for rank in ranks]
+            self.unreachable.update(engines)
+            evalue = f"host {host} stopped answering (no heartbeat for {timeout:g}s)"
+            lost.update({rank: {"rank": rank, "ok": False, "ename": "HostLost", "evalue": evalue} for rank in ranks})
+            board.report_lost(f"host {host} ({counted_ranks(ranks)}) stopped answering", board.addresses_of(ranks))
+            self.cluster.kill_and_replace(engines)
+        return lost
 
     def record(self, n, reason):
         self.changes.append({"t": time.time(), "n": n, "reason": reason})

@@ -25,9 +25,10 @@ class Monitor:
         self.peer_patience, self.interrupt_repeat = peer_patience, interrupt_repeat
 
     def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None, on_failure=None):
-        """Wait for every rank, relaying output; on_poll(), when given, runs once a round while no stop is under
-        way (an elastic job decides there whether to ask for a change); on_failure(rank, outcome) once per rank that
-        failed, as soon as it is seen. Returns (outcome per rank, Ending)."""
+        """Wait for every rank, relaying output; on_poll(pending ranks), when given, runs once a round while no stop
+        is under way (an elastic job decides there whether to ask for a change) and returns {rank: outcome} for ranks
+        to stop waiting for (their host went silent); on_failure(rank, outcome) once per rank that failed, as soon as
+        it is seen. Returns (outcome per rank, Ending)."""
         self._on_failure = on_failure
         outcomes = [None] * len(ars)
         ending = Ending()
@@ -39,7 +40,10 @@ class Monitor:
                     if self._poll(ids, ars, relay, feed, outcomes, ending, deadline):
                         break
                     if on_poll is not None and self._stop_at is None:
-                        on_poll()
+                        pending = [r for r, outcome in enumerate(outcomes) if outcome is None]
+                        for rank, outcome in (on_poll(pending) or {}).items():
+                            outcomes[rank] = outcome
+                            ending.failed_order.append(rank)
                 except KeyboardInterrupt:
                     if ending.status != "interrupted":
                         ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), -math.inf

@@ -124,6 +124,13 @@ class JobRunner(Configurable):
         "state in every rank's memory and asks the kernel once. 0 (with elastic_commit_steps 0): epoch ends only, "
         "as for other inputs.",
     ).tag(config=True)
+    elastic_host_timeout = Float(
+        10.0,
+        help="Seconds without a heartbeat from any rank of a host (each rank of an elastic job sends one four times a "
+        "second) before the job counts that host as cut off and its ranks on the other hosts go on without it from "
+        "their last commit, instead of waiting collective_timeout for it. Multi-host elastic jobs only; a host the "
+        "kernel still hears from is never counted lost this way. 0: wait for the collectives to give up.",
+    ).tag(config=True)
     elastic_commit_steps = Integer(
         0,
         help="Commit inside an epoch every this many steps instead of by time (elastic_commit_seconds): the same "
@@ -469,12 +476,13 @@ class JobRunner(Configurable):
                     if outcome.get("died"):  # its peers may be far from a collective that would show it
                         board.report_lost(f"rank {rank}'s engine died")
 
-                def on_poll():
+                def on_poll(pending):
                     if board.requested is None:
                         try:
                             board.request(groups.wanted_change(ids))
                         except Exception:  # a free engine that died while we looked: the group runs on; look again
                             pass
+                    return groups.lost_to_silence(board, ids, jr.job.hosts, pending, self.elastic_host_timeout)
 
             outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll, on_failure)
         finally:
