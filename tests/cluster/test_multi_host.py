@@ -5,80 +5,35 @@ each namespace. Everything the test creates is removed afterwards, also on failu
 
 import os
 import re
-import socket
 import time
 
 import netns
 import numpy as np
 import pytest
-from netns import HOSTS, KERNEL_ADDRESS
+from netns import HOSTS
 
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
     """A controller on the bridge and 2 engines in each namespace; yields the client connection file."""
-    import ipyparallel as ipp
-
-    with netns.hosts(), open(tmp_path_factory.mktemp("engines") / "engines.log", "w") as logs:
-        cluster = ipp.Cluster(
-            n=0,
-            controller_ip=KERNEL_ADDRESS,
-            controller_location=KERNEL_ADDRESS,
-            log_level=40,
-            cluster_id=f"jdl-multihost-{os.getpid()}",
-        )
-        engines = _RUNNING.setdefault("engines", [])
+    with (
+        netns.hosts(),
+        open(tmp_path_factory.mktemp("engines") / "engines.log", "w") as logs,
+        netns.EnginesOnHosts(logs) as engines,
+    ):
+        _RUNNING["engines"] = engines
         try:
-            cluster.start_controller_sync()
-            engine_file = os.path.join(
-                cluster.profile_dir, "security", f"ipcontroller-{cluster.cluster_id}-engine.json"
-            )
-            _RUNNING.update(engine_file=engine_file, logs=logs, connect=cluster.connect_client_sync)
-            for namespace, hostname, *_ in HOSTS:
-                engines += netns.start_engines(namespace, hostname, engine_file, 2, logs)
-            client = cluster.connect_client_sync()
-            netns.wait_for_engines(client, 4, engines)
-            client.close()
-            yield cluster.cluster_file
+            yield engines.cluster_file
         finally:
-            for engine in engines:
-                engine.kill()
-            for engine in engines:
-                engine.wait(10)
-            engines.clear()
-            cluster.stop_cluster_sync()
+            _RUNNING.clear()
 
 
-_RUNNING: dict = {}  # what two_hosts started: engine processes, the engine connection file, the logs
-
-
-def _fresh_engines_on(index, timeout=120):
-    """Two new engines on HOSTS[index], once the controller has let go of the ones a lost link left dead, so the
-    next test finds 4 engines that answer."""
-    namespace, hostname, *_ = HOSTS[index]
-    _RUNNING["engines"] += netns.start_engines(namespace, hostname, _RUNNING["engine_file"], 2, _RUNNING["logs"])
-    client = _RUNNING["connect"]()
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                hosts = client[:].apply_sync(socket.gethostname) if len(client.ids) == 4 else []
-            except Exception:  # a dead engine not yet dropped by the controller
-                hosts = []
-            if sorted(hosts) == sorted(h for _, h, *_ in HOSTS for _ in range(2)):
-                return
-            assert time.monotonic() < deadline, f"host {hostname}'s new engines did not take over: {client.ids}"
-            time.sleep(0.5)
-    finally:
-        client.close()
+_RUNNING: dict = {}  # what two_hosts started (netns.EnginesOnHosts), for _restore_host
 
 
 def _restore_host(index):
-    """After a cut: the host's old engines killed while its link is still down (back on the bridge, a silent engine
-    the controller has not yet dropped would reconnect beside its replacement), the link up, two new engines."""
-    netns.kill_processes_in(HOSTS[index][0])
-    netns.set_link(index, up=True)
-    _fresh_engines_on(index)
+    """After a cut: host `index` back, with two fresh engines, so the next test finds 4 engines that answer."""
+    _RUNNING["engines"].restore(index)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Injected faults in elastic jobs (`-n 1:2`) on real engines, for bench/soak_elastic.py (and tests that want one).
+"""Injected faults in elastic jobs (`-n 1:2`) on real engines, for bench/soak_elastic.py (and tests that want one);
+a host cut off in a `-n 2:4` job on two hosts, for bench/soak_host_loss.py.
 
 One cell, a small Keras `fit` over several epochs, fails in one way per fault: a rank's engine dies (os._exit or
 SIGKILL) mid-epoch or at an epoch end, a rank raises, a rank stalls, the job grows into an engine that came free,
@@ -64,6 +65,10 @@ def strike():
         raise RuntimeError("injected failure")
     if ACTION == "sleep":
         time.sleep(120)
+    if ACTION == "cut":  # the host-loss soak cuts this rank's host off the network as soon as it sees the file
+        import socket
+        with open(os.path.join(WORKDIR, "cut"), "w") as f:
+            f.write(socket.gethostname())
 
 def here(point, epoch=None):
     return (POINT == point and RANK == FAULT_RANK and SIZE == FAULT_SIZE
@@ -145,7 +150,7 @@ steps = int(model.optimizer.iterations.numpy())
 class ElasticFault:
     name: str
     point: str  # batch (mid-epoch) | epoch_end (before that epoch's commit) | regroup (cell start on the grown group)
-    action: str  # exit | sigkill | raise | sleep | "" (no fault: a plain grow)
+    action: str  # exit | sigkill | raise | sleep | cut (its host's link, bench/soak_host_loss.py) | "" (a plain grow)
     rank: int = 1  # the rank that fails
     size: int = 2  # ...in a group of this size
     epoch: int = 2
@@ -153,6 +158,7 @@ class ElasticFault:
     grow: bool = False  # the job starts on 1 engine (the other was taken away) and grows into its replacement
     expect: str = "finished"  # finished | rank_error | stalled
     ename: str = "RuntimeError"  # the exception a rank_error names
+    n: tuple = (1, 2)  # the job's MIN:MAX
 
     @property
     def kills_engine(self):
@@ -195,6 +201,14 @@ ELASTIC_FAULTS = [
     ),
     ElasticFault("raise-mid-epoch-rank1", "batch", "raise", rank=1, expect="rank_error"),
     ElasticFault("stall-mid-epoch-rank1", "batch", "sleep", rank=1, expect="stalled"),
+]
+
+# Two hosts of two engines (network namespaces), a `-n 2:4` job: the host of the rank named is cut off the network
+# (link down, nothing sent: not even a reset); the other host's two ranks go on.
+HOST_FAULTS = [
+    ElasticFault("host-cut-mid-epoch-rank2", "batch", "cut", rank=2, size=4, n=(2, 4)),
+    ElasticFault("host-cut-mid-epoch-rank0", "batch", "cut", rank=0, size=4, n=(2, 4)),  # the leader's host
+    ElasticFault("host-cut-at-epoch-end-rank2", "epoch_end", "cut", rank=2, size=4, n=(2, 4)),
 ]
 
 
@@ -364,7 +378,7 @@ def run_elastic_fault(fault, workdir, session, backend="horovod"):
     error = result = None
     try:
         result = jupyter_dl.distribute(
-            CELL, n=(1, 2), namespace=fault.namespace(workdir), name=fault.name, backend=backend, **options
+            CELL, n=fault.n, namespace=fault.namespace(workdir), name=fault.name, backend=backend, **options
         )
     except (Exception, KeyboardInterrupt) as exc:
         error = exc

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,6 +150,79 @@ def wait_for_engines(client, count, processes, timeout=120):
         assert time.monotonic() < deadline, f"only {len(client.ids)} of {count} engines in the namespaces registered"
         assert all(p.poll() is None for p in processes), "an engine in a namespace exited"
         time.sleep(0.2)
+
+
+class EnginesOnHosts:
+    """An ipyparallel controller on the bridge and `per_host` engines in each of HOSTS' namespaces (made already, by
+    hosts() or make()); `cluster_file` is what a client (Session.cluster.connect_file) connects with. restore() brings
+    a host whose link was cut back with fresh engines."""
+
+    def __init__(self, logs, per_host=2, heartbeat_misses=None):
+        import ipyparallel as ipp
+
+        self.logs, self.per_host, self.processes = logs, per_host, []
+        # (None: ipyparallel's 10 missed 3 s beats before the controller drops a silent engine)
+        misses = [f"--HeartMonitor.max_heartmonitor_misses={heartbeat_misses}"] if heartbeat_misses else []
+        self.cluster = ipp.Cluster(
+            n=0,
+            controller_args=misses,
+            controller_ip=KERNEL_ADDRESS,
+            controller_location=KERNEL_ADDRESS,
+            log_level=40,
+            cluster_id=f"jdl-multihost-{os.getpid()}",
+        )
+
+    def __enter__(self):
+        try:
+            self.cluster.start_controller_sync()
+            self.engine_file = os.path.join(
+                self.cluster.profile_dir, "security", f"ipcontroller-{self.cluster.cluster_id}-engine.json"
+            )
+            for namespace, hostname, *_ in HOSTS:
+                self.processes += start_engines(namespace, hostname, self.engine_file, self.per_host, self.logs)
+            client = self.cluster.connect_client_sync()
+            wait_for_engines(client, self.per_host * len(HOSTS), self.processes)
+            client.close()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    @property
+    def cluster_file(self):
+        return self.cluster.cluster_file
+
+    def restore(self, index, timeout=120):
+        """After a cut: the host's old engines killed while its link is still down (back on the bridge, a silent
+        engine the controller has not yet dropped would reconnect beside its replacement), the link up, and new
+        engines, waited for until every engine of every host answers."""
+        namespace, hostname, *_ = HOSTS[index]
+        kill_processes_in(namespace)
+        set_link(index, up=True)
+        self.processes += start_engines(namespace, hostname, self.engine_file, self.per_host, self.logs)
+        wanted = sorted(h for _, h, *_ in HOSTS for _ in range(self.per_host))
+        client = self.cluster.connect_client_sync()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    found = client[:].apply_sync(socket.gethostname) if len(client.ids) == len(wanted) else []
+                except Exception:  # a dead engine not yet dropped by the controller
+                    found = []
+                if sorted(found) == wanted:
+                    return
+                assert time.monotonic() < deadline, f"host {hostname}'s new engines did not take over: {client.ids}"
+                time.sleep(0.5)
+        finally:
+            client.close()
+
+    def __exit__(self, *_):
+        for process in self.processes:
+            process.kill()
+        for process in self.processes:
+            process.wait(10)
+        self.processes.clear()
+        self.cluster.stop_cluster_sync()
 
 
 def set_link(index, up):
