@@ -13,6 +13,8 @@ from jupyter_dl.backends.gradients import average_present, value_of
 
 NAME = "horovod"
 SETUP_HINT = "run `jupyter-dl install-horovod` to build Horovod against this TensorFlow with gloo"
+# An elastic job's survivors can end their waits on a host cut off (release_peers cuts gloo's connections)
+RELEASED_FROM_SILENT_HOSTS = True
 
 
 def check_installed():
@@ -183,6 +185,9 @@ class Rendezvous:
 # ----------------------------------------------------------------------------------------------- engine side
 
 
+_GROUP_CONNECTIONS: set = set()  # (local, remote) of the TCP connections the last hvd.init opened: gloo's pairs
+
+
 def init(environment: dict) -> bool:
     """(Re)initialise Horovod on this engine for a new job. Persistent engines run many jobs in turn. Objects built
     before stay valid (returns False: nothing to rebuild)."""
@@ -191,8 +196,14 @@ def init(environment: dict) -> bool:
 
     if hvd.is_initialized():
         hvd.shutdown()
+    from jupyter_dl.runtime import peer_connections
+
     os.environ.update(environment)
+    before = peer_connections.established()
     hvd.init()
+    # gloo connects every pair of ranks inside init (the rendezvous' own connections are closed by then)
+    _GROUP_CONNECTIONS.clear()
+    _GROUP_CONNECTIONS.update(peer_connections.established() - before)
     return False
 
 
@@ -204,12 +215,14 @@ def shutdown(failed=False):
         hvd.shutdown()
 
 
-def release_peers(message, addresses=()):
-    """End this rank's waits for peers at `addresses` (a host cut off): gloo sees a dead peer's connections close at
-    once, but a silent host's only after the collective timeout, so shut them down here. Callable from any thread."""
-    from jupyter_dl.runtime.peer_connections import cut_connections_to
+def release_peers(message):
+    """A peer was lost (the kernel saw its engine die or its host go silent): end this rank's waits on any peer now,
+    by cutting the connections this group's init opened (runtime/peer_connections.py). Gloo sees a dead peer's
+    connections close at once, but not a silent host's, nor those of a survivor that left before this rank.
+    Callable from any thread."""
+    from jupyter_dl.runtime import peer_connections
 
-    return cut_connections_to(addresses) > 0
+    return peer_connections.cut(_GROUP_CONNECTIONS) > 0
 
 
 def rank_and_size():

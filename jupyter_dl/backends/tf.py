@@ -16,6 +16,9 @@ from jupyter_dl.backends.gradients import average_present, value_of
 
 NAME = "tf"
 SETUP_HINT = "TensorFlow's collectives need only TensorFlow (pip install tensorflow)"
+# Not from a host cut off: aborting collectives that wait on it blocks in TensorFlow with the GIL held (the process
+# freezes until the cut host's RPCs time out); the coordination service's heartbeats end them within HEARTBEAT_S.
+RELEASED_FROM_SILENT_HOSTS = False
 # Seconds without a heartbeat before a rank counts as gone and every rank's collectives are aborted.
 HEARTBEAT_S = 10.0
 REGISTER_MIN_S = 60.0  # seconds every rank may take to join a new group
@@ -193,8 +196,8 @@ def shutdown(failed=False):
     tf_ops.leave(failed)
 
 
-def release_peers(message, addresses=()):
-    """A peer was lost (the kernel saw its engine die or its host go silent): end this rank's collectives now.
+def release_peers(message):
+    """A peer's engine died (the kernel saw it): end this rank's collectives now.
     TensorFlow notices a peer gone outside a collective only when its heartbeats have stopped for HEARTBEAT_S.
     Callable from any thread."""
     if tf_ops.formed() is None:

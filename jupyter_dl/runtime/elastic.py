@@ -18,7 +18,6 @@ import contextlib
 import json
 import threading
 import time
-import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -158,13 +157,11 @@ class _BoardListener:
     """Asks the board every LOSS_POLL_S whether a peer was lost, which is also this rank's heartbeat: the kernel
     counts a host whose ranks all stopped asking as cut off. On a loss it ends this rank's collectives at once (a
     rank waiting for a dead peer on TensorFlow's collectives would otherwise wait for its heartbeat timeout, 10 s; one
-    waiting for a silent host on gloo, for Horovod's collective timeout), and the rank leaves with its commits, as
-    after any lost peer. It beats on after that, until the run ends."""
+    waiting on gloo for a silent host, or for a survivor that already left, for Horovod's collective timeout), and the
+    rank leaves with its commits, as after any lost peer. It beats on after that, until the run ends."""
 
     def __init__(self, board_url, rank):
-        from jupyter_dl.runtime.peer_connections import host_addresses
-
-        self._url = f"{board_url}?{urllib.parse.urlencode({'rank': rank, 'at': ','.join(host_addresses())})}"
+        self._url = f"{board_url}?rank={rank}"
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="jdl-board-listener", daemon=True)
         self._thread.start()
@@ -172,11 +169,10 @@ class _BoardListener:
     def _listen(self):
         released = False
         while not self._stopped.wait(LOSS_POLL_S):
-            word = _board_word(self._url)
-            lost = word.get("lost")
+            lost = _read_board(self._url, "lost")
             if lost and not released and not self._stopped.is_set():  # (not once the run ended: the engine may
                 released = True  # run the next job)
-                backend().release_peers(f"a peer left the job ({lost})", word.get("cut") or [])
+                backend().release_peers(f"a peer left the job ({lost})")
 
     def stop(self):
         self._stopped.set()
@@ -296,18 +292,13 @@ def _variables_of(objects) -> list:
 
 
 def _read_board(board_url, field="change") -> str | None:
-    return _board_word(board_url).get(field)
-
-
-def _board_word(url) -> dict:
-    """The board's answer ({} without a board, or when it does not answer)."""
-    if not url:
-        return {}
+    if not board_url:
+        return None
     try:
-        with urllib.request.urlopen(url, timeout=BOARD_TIMEOUT_S) as response:
-            return json.loads(response.read() or b"{}")
+        with urllib.request.urlopen(board_url, timeout=BOARD_TIMEOUT_S) as response:
+            return json.loads(response.read() or b"{}").get(field)
     except (OSError, ValueError):
-        return {}
+        return None
 
 
 def commit_callback(keras, model, commits, resume, kept, board_url, rank, epochs, within=None):

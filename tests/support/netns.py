@@ -230,19 +230,29 @@ def set_link(index, up):
     sh("ip", "link", "set", f"jdl-veth{index}", "up" if up else "down")
 
 
-def cut_link_when(marker, index, timeout=300):
-    """Cut host `index`'s link as soon as file `marker` exists (a job's cell writes it once it trains), from a thread.
-    Returns (the started thread, a dict whose "t" is time.monotonic() at the cut)."""
+def cut_link_when(marker, index=None, timeout=300):
+    """Cut host `index`'s link as soon as file `marker` exists (a job's cell writes it once it trains), from a thread;
+    without an index, the host the marker names (the cell writes its rank's hostname). Returns (the started thread,
+    a dict whose "t" is time.monotonic() at the cut and "index" the host cut)."""
     import threading
 
     cut: dict = {}
+    names = [hostname for _, hostname, *_ in HOSTS]
 
     def when_marked():
         deadline = time.monotonic() + timeout
-        while not os.path.exists(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        cut["t"] = time.monotonic()
-        set_link(index, up=False)
+        while time.monotonic() < deadline:
+            try:
+                with open(marker) as f:
+                    named = f.read().strip()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            if index is not None or named in names:
+                cut["t"], cut["index"] = time.monotonic(), index if index is not None else names.index(named)
+                set_link(cut["index"], up=False)
+                return
+            time.sleep(0.05)  # (written, not yet flushed)
 
     thread = threading.Thread(target=when_marked, daemon=True)
     thread.start()

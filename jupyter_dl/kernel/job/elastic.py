@@ -86,11 +86,12 @@ class ElasticGroups:
                 marked[rank] = {"ok": False, "ename": "HostLost", "evalue": f"host {host} stopped answering"}
         return marked
 
-    def lost_to_silence(self, board, ids, hosts, pending, timeout) -> dict:
+    def lost_to_silence(self, board, ids, hosts, pending, timeout, tell_peers=True) -> dict:
         """While a group runs: {rank: outcome} for the ranks of each host whose heartbeats (elastic_board.py) stopped
-        for `timeout` seconds, marked lost, as a dead engine's are. Their peers hear it from the board and end their
-        waits for them at once, instead of after the collective timeout; their engines are left out of every later
-        group, and killed and replaced where the cluster can."""
+        for `timeout` seconds, marked lost, as a dead engine's are: the job no longer waits for them. With
+        `tell_peers`, their peers hear it from the board and end their waits for them at once, instead of after the
+        collective timeout. Their engines are left out of every later group, and killed and replaced where the
+        cluster can."""
         if timeout <= 0 or len(set(hosts)) < 2:
             return {}
         silent = {
@@ -104,7 +105,8 @@ class ElasticGroups:
             self.unreachable.update(engines)
             evalue = f"host {host} stopped answering (no heartbeat for {timeout:g}s)"
             lost.update({rank: {"rank": rank, "ok": False, "ename": "HostLost", "evalue": evalue} for rank in ranks})
-            board.report_lost(f"host {host} ({counted_ranks(ranks)}) stopped answering", board.addresses_of(ranks))
+            if tell_peers:
+                board.report_lost(f"host {host} ({counted_ranks(ranks)}) stopped answering")
             self.cluster.kill_and_replace(engines)
         return lost
 

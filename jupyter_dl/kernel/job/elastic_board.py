@@ -21,8 +21,7 @@ class ElasticBoard:
     def __init__(self, bind_address: str):
         self._change: str | None = None
         self._lost: str | None = None
-        self._cut: list = []  # addresses of a silent host: the survivors shut their connections to it
-        self._beats: dict = {}  # rank -> (time.monotonic() of its last question, its host's addresses)
+        self._beats: dict = {}  # rank -> time.monotonic() of its last question
         self._path = f"/{secrets.token_urlsafe(16)}"  # only this job's ranks know where to read
         board = self
 
@@ -33,7 +32,7 @@ class ElasticBoard:
                     self.send_error(404)
                     return
                 board._beat(urllib.parse.parse_qs(query))
-                body = json.dumps({"change": board._change, "lost": board._lost, "cut": board._cut}).encode()
+                body = json.dumps({"change": board._change, "lost": board._lost}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -48,18 +47,21 @@ class ElasticBoard:
         self._thread = threading.Thread(target=self._server.serve_forever, name="jdl-elastic-board", daemon=True)
         self._thread.start()
 
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
     def url(self, address: str) -> str:
         """Where ranks read it, through `address` (the kernel's address they reach)."""
-        return f"http://{address}:{self._server.server_address[1]}{self._path}"
+        return f"http://{address}:{self.port}{self._path}"
 
     def request(self, reason: str | None):
         """Ask for a change (the reason is what the job's record and the cell will say), or withdraw the request."""
         self._change = reason
 
-    def report_lost(self, what: str, addresses=()):
-        """A rank's engine died, or a host went silent (its `addresses`): the other ranks' listeners
-        (runtime/elastic.py) end their waits for it at once."""
-        self._cut = list(addresses)
+    def report_lost(self, what: str):
+        """A rank's engine died, or a host went silent: the other ranks' listeners (runtime/elastic.py) end their
+        waits for it at once."""
         self._lost = what
 
     def _beat(self, query: dict):
@@ -67,15 +69,14 @@ class ElasticBoard:
             rank = int(query["rank"][0])
         except (KeyError, ValueError):  # rank 0's read of the request at a commit point
             return
-        at = [address for address in query.get("at", [""])[0].split(",") if address]
-        self._beats[rank] = (time.monotonic(), at)
+        self._beats[rank] = time.monotonic()
 
     def silent_hosts(self, hosts, pending, timeout: float) -> dict:
         """{host: [rank, ...]} of the hosts whose ranks (pending: still running) all asked before and then not for
         `timeout` seconds, while a running rank on another host still asks: those hosts are cut off from the job.
         Nothing while no rank asks at all (this kernel was paused, not the hosts)."""
         now = time.monotonic()
-        last = {rank: self._beats[rank][0] for rank in pending if rank in self._beats}
+        last = {rank: self._beats[rank] for rank in pending if rank in self._beats}
         by_host: dict = {}
         for rank in pending:
             by_host.setdefault(hosts[rank], []).append(rank)
@@ -84,10 +85,6 @@ class ElasticBoard:
         if not asking:
             return {}
         return {host: ranks for host, ranks in by_host.items() if host not in asking and all(r in last for r in ranks)}
-
-    def addresses_of(self, ranks) -> list:
-        """The addresses the ranks said their host has."""
-        return sorted({address for rank in ranks for address in self._beats.get(rank, (0, []))[1]})
 
     @property
     def requested(self) -> str | None:

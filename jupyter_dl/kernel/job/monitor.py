@@ -24,15 +24,18 @@ class Monitor:
         self.cluster, self.stop_grace, self.poll_interval = cluster, stop_grace, poll_interval
         self.peer_patience, self.interrupt_repeat = peer_patience, interrupt_repeat
 
-    def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None, on_failure=None):
-        """Wait for every rank, relaying output; on_poll(pending ranks), when given, runs once a round while no stop
-        is under way (an elastic job decides there whether to ask for a change) and returns {rank: outcome} for ranks
-        to stop waiting for (their host went silent); on_failure(rank, outcome) once per rank that failed, as soon as
-        it is seen. Returns (outcome per rank, Ending)."""
+    def watch(self, ids, ars, relay, feed, timeout=None, on_poll=None, on_failure=None, given_up=None):
+        """Wait for every rank, relaying output; on_poll(), when given, runs once a round while no stop is under
+        way (an elastic job decides there whether to ask for a change); on_failure(rank, outcome) once per rank that
+        failed, as soon as it is seen; given_up(pending ranks), every round, returns {rank: outcome} for ranks not to
+        wait for any longer (their host went silent). Returns (outcome per rank, Ending)."""
         self._on_failure = on_failure
         outcomes = [None] * len(ars)
         ending = Ending()
         self._stop_at, self._signalled_at = None, -math.inf  # never signalled (not 0: uptime)
+        # After ranks were given up (their host went silent) the others wait in native code for the collectives'
+        # own end: an interrupt cannot reach them there, and one that lands as they fail garbles their error.
+        self._quiet = False
         deadline = time.monotonic() + timeout if timeout else None
         try:
             while True:
@@ -40,10 +43,12 @@ class Monitor:
                     if self._poll(ids, ars, relay, feed, outcomes, ending, deadline):
                         break
                     if on_poll is not None and self._stop_at is None:
-                        pending = [r for r, outcome in enumerate(outcomes) if outcome is None]
-                        for rank, outcome in (on_poll(pending) or {}).items():
+                        on_poll()
+                    if given_up is not None:
+                        for rank, outcome in given_up([r for r, o in enumerate(outcomes) if o is None]).items():
                             outcomes[rank] = outcome
                             ending.failed_order.append(rank)
+                            self._quiet = True
                 except KeyboardInterrupt:
                     if ending.status != "interrupted":
                         ending.status, self._stop_at, self._signalled_at = "interrupted", time.monotonic(), -math.inf
@@ -95,7 +100,8 @@ class Monitor:
             # After a rank failed, Horovod's shutdown releases peers waiting in a collective; peers busy elsewhere
             # need an interrupt. Repeat it: a rank that had not started its code ignores one.
             patience = self.peer_patience if ending.status == "ok" else 0.0
-            if now - self._stop_at >= patience and now - self._signalled_at >= self.interrupt_repeat:
+            due = now - self._stop_at >= patience and now - self._signalled_at >= self.interrupt_repeat
+            if due and not self._quiet:
                 self._signalled_at = now
                 self._interrupt([ids[r] for r in pending])
         ars[pending[0]].wait(self.poll_interval)

@@ -441,7 +441,15 @@ class JobRunner(Configurable):
             rendezvous.stop()
             raise
         base = jr.rank_spec(len(ids), self.stall_timeout, self.resource_interval)
-        board = ElasticBoard(address) if groups is not None else None
+        board = ElasticBoard(address) if groups is not None else None  # ("": every address)
+        if board is not None and not address:  # TensorFlow's collectives on several hosts: no server in the kernel,
+            # so nothing has found the kernel's address the ranks reach yet; the board's own port finds it
+            try:
+                address = route(self.cluster, ids, board.port, self.rendezvous_address, "", self.PROBE_TIMEOUT)[0]
+            except BaseException:
+                board.stop()
+                rendezvous.stop()
+                raise
         if board is not None:
             base.elastic_board, base.segment = board.url(address), jr.segment
             base.commit_pace = (self.elastic_commit_steps, self.elastic_commit_seconds)
@@ -469,22 +477,26 @@ class JobRunner(Configurable):
             # can see that a peer is gone.
             grace = self.stop_grace + (rendezvous.peer_loss_s if groups is not None else 0.0)
             monitor = Monitor(self.cluster, grace, self.poll_interval, self.PEER_PATIENCE, self.INTERRUPT_REPEAT)
-            on_poll = on_failure = None
+            on_poll = on_failure = given_up = None
             if board is not None:
 
                 def on_failure(rank, outcome):
                     if outcome.get("died"):  # its peers may be far from a collective that would show it
                         board.report_lost(f"rank {rank}'s engine died")
 
-                def on_poll(pending):
+                def on_poll():
                     if board.requested is None:
                         try:
                             board.request(groups.wanted_change(ids))
                         except Exception:  # a free engine that died while we looked: the group runs on; look again
                             pass
-                    return groups.lost_to_silence(board, ids, jr.job.hosts, pending, self.elastic_host_timeout)
 
-            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll, on_failure)
+                tell = backends.named(jr.options.backend).RELEASED_FROM_SILENT_HOSTS
+
+                def given_up(pending):
+                    return groups.lost_to_silence(board, ids, jr.job.hosts, pending, self.elastic_host_timeout, tell)
+
+            outcomes, ending = monitor.watch(ids, ars, relay, feed, jr.options.timeout, on_poll, on_failure, given_up)
         finally:
             rendezvous.stop()
             if board is not None:
