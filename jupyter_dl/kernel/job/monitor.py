@@ -101,7 +101,7 @@ class Monitor:
             # need an interrupt. Repeat it: a rank that had not started its code ignores one.
             patience = self.peer_patience if ending.status == "ok" else 0.0
             due = now - self._stop_at >= patience and now - self._signalled_at >= self.interrupt_repeat
-            if due and not self._quiet:
+            if due and not (self._quiet and ending.status == "ok"):  # (a stop-button press still interrupts)
                 self._signalled_at = now
                 self._interrupt([ids[r] for r in pending])
         ars[pending[0]].wait(self.poll_interval)
