@@ -85,6 +85,24 @@ def expected_outcome(run) -> str:
     return ""
 
 
+def fault_row(run, problem) -> dict:
+    """What the soak keeps of one fault's run (the caller adds its wall time)."""
+    fault, job = run.fault, getattr(run.result, "job", None)
+    finished = fault.expect == "finished" and run.error is None
+    return {
+        "fault": fault.name,
+        "expect": fault.expect,
+        "ok": not problem,
+        "problem": problem,
+        "lost_commit": finished and bool(run.lost_commits()),
+        "recovery_s": run.recovery_s() if finished else None,
+        "time_to_error_s": run.time_to_error_s(),
+        "groups": [change["n"] for change in job.membership] if job is not None else None,
+        "reasons": [change["reason"] for change in job.membership] if job is not None else None,
+        "job_s": run.ended - run.started,
+    }
+
+
 def percentile(values, q):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
@@ -242,19 +260,7 @@ def main(argv=None):
             problem = expected_outcome(run)
             if problem:
                 wrong.append((fault.name, problem))
-            job = getattr(run.result, "job", None)
-            row = {
-                "fault": fault.name,
-                "expect": fault.expect,
-                "ok": not problem,
-                "problem": problem,
-                "lost_commit": fault.expect == "finished" and run.error is None and bool(run.lost_commits()),
-                "recovery_s": run.recovery_s() if fault.expect == "finished" and run.error is None else None,
-                "time_to_error_s": run.time_to_error_s(),
-                "groups": [change["n"] for change in job.membership] if job is not None else None,
-                "job_s": run.ended - run.started,
-                "wall_s": time.perf_counter() - t_fault,
-            }
+            row = {**fault_row(run, problem), "wall_s": time.perf_counter() - t_fault}
             rows.append(row)
             if not problem and not os.environ.get("KEEP"):
                 shutil.rmtree(workdir, ignore_errors=True)  # a failed one's events stay for a look

@@ -20,7 +20,6 @@ import pathlib
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -32,7 +31,7 @@ os.environ["JUPYTER_DATA_DIR"] = tempfile.mkdtemp(prefix="jdl-soak-host-loss-") 
 import _common  # noqa: E402
 import netns  # noqa: E402
 from elastic_faults import HOST_FAULTS, run_elastic_fault  # noqa: E402
-from soak_elastic import expected_outcome, report, summary  # noqa: E402
+from soak_elastic import expected_outcome, fault_row, report, summary  # noqa: E402
 
 ENGINES = 4
 READY_TIMEOUT_S = 300.0
@@ -56,31 +55,6 @@ def wait_for_engines(cluster):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the cluster did not get {ENGINES} ready engines back in {READY_TIMEOUT_S:.0f}s")
         time.sleep(0.5)
-
-
-def cut_when_marked(workdir, stop):
-    """In the background: once the cell writes its host's name to `cut`, take that host's link down. Returns (the
-    thread, a dict that gets the host's index)."""
-    cut: dict = {}
-    marker = os.path.join(workdir, "cut")
-    names = [hostname for _, hostname, *_ in netns.HOSTS]
-
-    def watch():
-        while not stop.is_set():
-            try:
-                with open(marker) as f:
-                    name = f.read().strip()
-            except OSError:
-                name = ""
-            if name in names:
-                cut["index"] = names.index(name)
-                netns.set_link(cut["index"], up=False)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=watch, daemon=True, name="jdl-soak-cutter")
-    thread.start()
-    return thread, cut
 
 
 def main(argv=None):
@@ -128,12 +102,11 @@ def main(argv=None):
                 t_fault = time.perf_counter()
                 wait_for_engines(session.cluster)
                 workdir = tempfile.mkdtemp(prefix="jdl-soak-host-loss-")
-                stop = threading.Event()
-                cutter, cut = cut_when_marked(workdir, stop)
+                # The cell writes its host's name to `cut` once it trains; that host's link goes down then
+                cutter, cut = netns.cut_link_when(os.path.join(workdir, "cut"), timeout=args.hang_after)
                 finished = _common.hang_watch(args.hang_after, hangs, fault.name)
                 run = run_elastic_fault(fault, workdir, session, args.backend)
                 finished.set()
-                stop.set()
                 cutter.join(1)
                 if hangs:
                     print(f"HANG: fault {i + 1} ({fault.name}) did not end within {args.hang_after:.0f}s", flush=True)
@@ -141,19 +114,7 @@ def main(argv=None):
                 problem = expected_outcome(run) or ("" if "index" in cut else "the cell never marked its host")
                 if problem:
                     wrong.append((fault.name, problem))
-                job = getattr(run.result, "job", None)
-                row = {
-                    "fault": fault.name,
-                    "expect": fault.expect,
-                    "ok": not problem,
-                    "problem": problem,
-                    "lost_commit": run.error is None and bool(run.lost_commits()),
-                    "recovery_s": run.recovery_s() if run.error is None else None,
-                    "time_to_error_s": run.time_to_error_s(),
-                    "groups": [change["n"] for change in job.membership] if job is not None else None,
-                    "reasons": [change["reason"] for change in job.membership] if job is not None else None,
-                    "job_s": run.ended - run.started,
-                }
+                row = fault_row(run, problem)
                 if "index" in cut:
                     engines.restore(cut["index"])
                 row["wall_s"] = time.perf_counter() - t_fault
