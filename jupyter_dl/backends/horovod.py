@@ -196,7 +196,7 @@ def init(environment: dict) -> bool:
 
     if hvd.is_initialized():
         hvd.shutdown()
-    from jupyter_dl.runtime import peer_connections
+    from jupyter_dl.backends import peer_connections
 
     os.environ.update(environment)
     before = peer_connections.established()
@@ -217,10 +217,10 @@ def shutdown(failed=False):
 
 def release_peers(message):
     """A peer was lost (the kernel saw its engine die or its host go silent): end this rank's waits on any peer now,
-    by cutting the connections this group's init opened (runtime/peer_connections.py). Gloo sees a dead peer's
+    by cutting the connections this group's init opened (backends/peer_connections.py). Gloo sees a dead peer's
     connections close at once, but not a silent host's, nor those of a survivor that left before this rank.
     Callable from any thread."""
-    from jupyter_dl.runtime import peer_connections
+    from jupyter_dl.backends import peer_connections
 
     return peer_connections.cut(_GROUP_CONNECTIONS) > 0
 

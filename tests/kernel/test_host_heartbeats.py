@@ -14,9 +14,9 @@ import urllib.request
 
 import pytest
 
+from jupyter_dl.backends import peer_connections
 from jupyter_dl.kernel.job import elastic_board
 from jupyter_dl.kernel.job.elastic_board import ElasticBoard
-from jupyter_dl.runtime import peer_connections
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""Engine side: the TCP connections a backend opened to its peers, and cutting them to end every wait on a peer.
+"""Engine side of a backend: the TCP connections it opened to its peers, and cutting them to end every wait on a peer.
 
 A host whose link goes down sends nothing, not even a reset: gloo's connections to it stay open, and a collective
 waiting on one fails only after Horovod's collective timeout (120 s by default). Nor does a rank that left after an
