@@ -5,10 +5,10 @@ lost, and nothing may hang. Then the host comes back with fresh engines for the 
 
 The collectives' timeout stays at its default (120 s): the survivors learn of the loss from the kernel, which counts
 a host lost once its ranks' heartbeats stopped for `--host-timeout` seconds (c.JobRunner.elastic_host_timeout). The
-faults cut the host of rank 2 or of rank 0 (the leader: rank 2 leads on), mid-epoch (past a commit point, commits
-every 3 steps) or at an epoch end (tests/support/elastic_faults.py HOST_FAULTS; the same cell and per-sample
-lost-commit check as bench/soak_elastic.py). Recovery: from the rank's mark (the link goes down within 0.05 s of it)
-to the next group's first step, so it includes the host timeout. Needs root (namespaces); writes
+faults cut the host of rank 2 or of rank 0 (the leader: rank 2 leads on), mid-epoch (after step 2 of 4, past a commit
+point: commits after every step) or at an epoch end (tests/support/elastic_faults.py HOST_FAULTS; the same cell and
+per-sample lost-commit check as bench/soak_elastic.py). Recovery: from the rank's mark (the link goes down within
+0.05 s of it) to the next group's first step, so it includes the host timeout. Needs root (namespaces); writes
 bench/results/soak_host_loss.json (soak_host_loss_tf.json with --backend tf).
 
     sudo .venv/bin/python bench/soak_host_loss.py [--runs 30] [--host-timeout 10] [--backend horovod]
@@ -95,12 +95,14 @@ def main(argv=None):
         ):
             session = api.session()
             session.cluster.connect_file(engines.cluster_file)
-            session.runner.elastic_commit_steps = 3  # commit points inside the short epochs
+            session.runner.elastic_commit_steps = 1  # commit points inside the 4-step epochs
             session.runner.elastic_host_timeout = args.host_timeout
             for i in range(args.runs):
                 fault = HOST_FAULTS[i % len(HOST_FAULTS)]
                 t_fault = time.perf_counter()
                 wait_for_engines(session.cluster)
+                ids = session.cluster.engine_ids()
+                before = {eid: info["hostname"] for eid, info in zip(ids, session.cluster.describe(ids))}
                 workdir = tempfile.mkdtemp(prefix="jdl-soak-host-loss-")
                 # The cell writes its host's name to `cut` once it trains; that host's link goes down then
                 cutter, cut = netns.cut_link_when(os.path.join(workdir, "cut"), timeout=args.hang_after)
@@ -115,6 +117,11 @@ def main(argv=None):
                 if problem:
                     wrong.append((fault.name, problem))
                 row = fault_row(run, problem)
+                row["engines"] = {
+                    "before": before,
+                    "job": list(getattr(getattr(run.result, "job", None), "engine_ids", None) or []),
+                    "after": sorted(session.cluster.client.ids),
+                }
                 if "index" in cut:
                     engines.restore(cut["index"])
                 row["wall_s"] = time.perf_counter() - t_fault
@@ -126,6 +133,7 @@ def main(argv=None):
                     f"{i + 1:4d} {fault.name:<30} {'ok' if not problem else 'UNEXPECTED'} recovery "
                     + (f"{took:6.2f}s" if took is not None else "   n/a ")
                     + f" groups {row['groups']} wall {row['wall_s']:5.1f}s load {os.getloadavg()[0]:.1f}"
+                    + f"\n     engines {row['engines']}"
                     + (f"\n     {problem} (events in {workdir})" if problem else ""),
                     flush=True,
                 )

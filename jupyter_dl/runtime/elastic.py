@@ -139,6 +139,20 @@ def change_requested(board_url, rank, point, decision=None) -> tuple:
 _running: dict = {}  # the elastic job this rank runs now: job_id, board, loops (how many elastic_epochs() calls so far)
 
 
+_released: list = [False]  # this run's collectives were ended because the kernel said a peer was lost
+
+
+def forget_release():
+    """A new run of a job on this rank: nothing released it yet."""
+    _released[0] = False
+
+
+def released_for_a_lost_peer() -> bool:
+    """Whether the last run's collectives were ended at the kernel's word that a peer was lost: an error they raised
+    then (a closed connection, an abort, in whatever words the backend has) is the loss, not this rank's own."""
+    return _released[0]
+
+
 @contextlib.contextmanager
 def running(job_id, board_url, rank):
     """While one run of an elastic job's cell lasts on this rank (rank.run), for elastic_epochs(); and a listener
@@ -172,7 +186,7 @@ class _BoardListener:
             lost = _read_board(self._url, "lost")
             if lost and not released and not self._stopped.is_set():  # (not once the run ended: the engine may
                 released = True  # run the next job)
-                backend().release_peers(f"a peer left the job ({lost})")
+                _released[0] = backend().release_peers(f"a peer left the job ({lost})")
 
     def stop(self):
         self._stopped.set()

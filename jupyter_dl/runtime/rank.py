@@ -152,6 +152,7 @@ def run(spec: RankSpec) -> dict:
     previous_handler = None
     in_end_check = False  # in jupyter-dl's own collective after the user's code ended
     outcome = dict(rank=rank, ok=True, hostname=socket.gethostname())
+    elastic.forget_release()
     # Setup is not interruptible: a KeyboardInterrupt inside `import tensorflow` leaves the engine half-imported,
     # and one inside Horovod's rendezvous strands the peer rank in native code. The kernel repeats its interrupt,
     # so a stop requested now lands as soon as the user's code starts.
@@ -231,7 +232,8 @@ def run(spec: RankSpec) -> dict:
             ename=type(exc).__name__,
             evalue=str(exc),
             # This rank's code had ended well: the check's collective fails only because a peer left the job.
-            induced=in_end_check or _is_induced(exc),
+            # (or the kernel said a peer was lost and this rank's collectives were ended for it: whatever they raised)
+            induced=in_end_check or _is_induced(exc) or elastic.released_for_a_lost_peer(),
             traceback=_user_traceback(exc),
         )
     finally:

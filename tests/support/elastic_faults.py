@@ -204,10 +204,11 @@ ELASTIC_FAULTS = [
 ]
 
 # Two hosts of two engines (network namespaces), a `-n 2:4` job: the host of the rank named is cut off the network
-# (link down, nothing sent: not even a reset); the other host's two ranks go on.
+# (link down, nothing sent: not even a reset); the other host's two ranks go on. An epoch is 4 steps on 4 ranks: the
+# host-loss soak commits after every step, and a mid-epoch cut strikes after step 2.
 HOST_FAULTS = [
-    ElasticFault("host-cut-mid-epoch-rank2", "batch", "cut", rank=2, size=4, n=(2, 4)),
-    ElasticFault("host-cut-mid-epoch-rank0", "batch", "cut", rank=0, size=4, n=(2, 4)),  # the leader's host
+    ElasticFault("host-cut-mid-epoch-rank2", "batch", "cut", rank=2, size=4, batch=1, n=(2, 4)),
+    ElasticFault("host-cut-mid-epoch-rank0", "batch", "cut", rank=0, size=4, batch=1, n=(2, 4)),  # the leader's host
     ElasticFault("host-cut-at-epoch-end-rank2", "epoch_end", "cut", rank=2, size=4, n=(2, 4)),
 ]
 
