@@ -281,23 +281,30 @@ class ElasticRun:
     def committed_parts(self) -> tuple:
         """({(group, epoch): (steps, sample ids)}, problems): per group of the job (its index in job.membership) and
         epoch, how many of its steps its commits hold and the samples all its ranks trained in them. A `trained` note
-        is committed when a later note of the same run counts more commits; a group's committed steps are the most
-        any of its ranks saw committed (a rank that died just before a commit point saw fewer); each rank's samples
-        are those of its note at that step."""
+        is committed when a later note of the same run counts more commits; a group's committed steps are those the
+        next group's rank 0 saw committed in it, whose commit that group goes on from (the last group: the most any
+        of its ranks saw). A rank that died just before a commit point saw fewer; one whose host was cut off, or even
+        a survivor, can have seen one more: the last collective before a cut finishes on some ranks only. Each rank's
+        samples are those of its note at that step."""
         changes = [change["t"] for change in self.result.job.membership]
         runs = collections.defaultdict(list)
         for e in self.events:
             runs[e["run"]].append(e)
+        group_of = {
+            run: max([i for i, t in enumerate(changes) if t < notes[0]["t"]], default=0) for run, notes in runs.items()
+        }
+        leaders = {group_of[run]: notes[0]["pid"] for run, notes in runs.items() if notes[0]["rank"] == 0}
         steps, trained = {}, collections.defaultdict(dict)  # (group, epoch) -> steps; -> {run: {steps: ids}}
         for run, notes in runs.items():
-            group = max([i for i, t in enumerate(changes) if t < notes[0]["t"]], default=0)
+            group = group_of[run]
+            resumed_from = leaders.get(group + 1, notes[0]["pid"]) == notes[0]["pid"]
             counted = [(i, e["commits"]) for i, e in enumerate(notes) if "commits" in e]
             for i, e in enumerate(notes):
                 if e["event"] != "trained":
                     continue
                 key = (group, e["epoch"])
                 trained[key].setdefault(run, {})[e["steps"]] = e["ids"]
-                if any(later > e["commits"] for j, later in counted if j > i):
+                if resumed_from and any(later > e["commits"] for j, later in counted if j > i):
                     steps[key] = max(steps.get(key, 0), e["steps"])
         parts, problems = {}, []
         for key, k in steps.items():
