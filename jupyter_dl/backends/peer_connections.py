@@ -12,27 +12,29 @@ import os
 import socket
 
 
-def established() -> set:
-    """This process's established TCP connections, as (local, remote) address pairs."""
+def _tcp_connections() -> list:
     import psutil
 
     process = psutil.Process()
     listing = getattr(process, "net_connections", None) or process.connections  # psutil < 6 names it connections
-    return {(c.laddr, c.raddr) for c in listing(kind="tcp") if c.raddr and c.status == psutil.CONN_ESTABLISHED}
+    return listing(kind="tcp")
+
+
+def established() -> set:
+    """This process's established TCP connections, as (local, remote) address pairs."""
+    import psutil
+
+    return {(c.laddr, c.raddr) for c in _tcp_connections() if c.raddr and c.status == psutil.CONN_ESTABLISHED}
 
 
 def cut(connections) -> int:
     """Shut down (both ways) those of `connections` ((local, remote) pairs) still open in this process: their readers
     and writers see the connection closed. Returns how many were cut."""
-    import psutil
-
     wanted = set(connections)
     if not wanted:
         return 0
-    process = psutil.Process()
-    listing = getattr(process, "net_connections", None) or process.connections
     done = 0
-    for connection in listing(kind="tcp"):
+    for connection in _tcp_connections():
         if (connection.laddr, connection.raddr) not in wanted or connection.fd < 0:
             continue
         try:

@@ -83,7 +83,7 @@ class ElasticGroups:
         for host, ranks in silent.items():
             for rank in (unknown[r] for r in ranks):
                 self.unreachable.add(ids[rank])
-                marked[rank] = {"ok": False, "ename": "HostLost", "evalue": f"host {host} stopped answering"}
+                marked[rank] = _host_lost(f"host {host} stopped answering")
         return marked
 
     def lost_to_silence(self, board, ids, hosts, pending, timeout, tell_peers=True) -> dict:
@@ -103,8 +103,8 @@ class ElasticGroups:
         for host, ranks in silent.items():
             engines = [ids[rank] for rank in ranks]
             self.unreachable.update(engines)
-            evalue = f"host {host} stopped answering (no heartbeat for {timeout:g}s)"
-            lost.update({rank: {"rank": rank, "ok": False, "ename": "HostLost", "evalue": evalue} for rank in ranks})
+            why = f"host {host} stopped answering (no heartbeat for {timeout:g}s)"
+            lost.update({rank: _host_lost(why) for rank in ranks})
             if tell_peers:
                 board.report_lost(f"host {host} ({counted_ranks(ranks)}) stopped answering")
             self.cluster.kill_and_replace(engines)
@@ -163,6 +163,11 @@ class ElasticGroups:
         self.cluster.describe(free)  # starts their import of TensorFlow, once
         self._pending_check = (free, self.cluster.client.direct_view(free).apply_async(remote.PRELOADED))
         return None
+
+
+def _host_lost(why) -> dict:
+    """The outcome of a rank whose host was cut off: lost, as a dead engine's rank is (survivors() tells them apart)."""
+    return {"ok": False, "ename": "HostLost", "evalue": why}
 
 
 def survivors(ids, outcomes, committed=False) -> list:
