@@ -1684,7 +1684,10 @@ def test_gnn_node_classifier_holding_the_graph_trained_by_run_experiment(shell):
     ns = _cell(shell, GNN_CHECK)
     assert ns["probabilities"].shape == (7, 7) and np.allclose(ns["probabilities"].sum(axis=1), 1, atol=1e-5)
     assert gnn_model.node_features.shape == (287, 60)
-    # The words give the subject away: both runs end near loss 0, where their ratio is noise; accuracy says more.
-    assert ns["history"].history["loss"][-1] < max(0.3, 3 * one["loss"]), (ns["history"].history["loss"], one)
+    # The words give the subject away, and both runs end near loss 0, where the last epoch's loss is noise (dropout 0.5
+    # over 2 steps an epoch per rank: 0.05-0.35 over 6 runs, against 0.01-0.14 in one process). Training must have cut
+    # the first epoch's loss by 4x (it cuts it 5-35x); accuracy says more.
+    losses = ns["history"].history["loss"]
+    assert losses[-1] < losses[0] / 4, (losses, one)
     assert ns["history"].history["acc"][-1] > one["train_acc"] - 0.15, (ns["history"].history["acc"], one)
     assert ns["test_accuracy"] > one["acc"] - 0.2, (ns["test_accuracy"], one["acc"])
