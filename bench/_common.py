@@ -77,7 +77,28 @@ def hang_watch(after_s, hangs, name):
     def watch():
         if not finished.wait(after_s):
             hangs.append(name)
+            dump_stacks()
             _thread.interrupt_main()
 
     threading.Thread(target=watch, daemon=True, name="soak-hang-watch").start()
     return finished
+
+
+def dump_stacks():
+    """On a hang, where everything waits: this process's threads, and (with py-spy installed, as root) every engine's
+    and the controller's, so the hang can be diagnosed after the soak has cleaned up."""
+    import faulthandler
+    import shutil
+    import subprocess
+    import sys
+
+    print("--- the kernel's threads ---", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        print("(no py-spy: the engines' stacks are not dumped)", file=sys.stderr, flush=True)
+        return
+    found = subprocess.run(["pgrep", "-f", "ipyparallel|ipengine|ipcontroller"], capture_output=True, text=True)
+    for pid in found.stdout.split():
+        print(f"--- process {pid} ---", file=sys.stderr, flush=True)
+        subprocess.run([spy, "dump", "--pid", pid], stdout=sys.stderr, stderr=sys.stderr, timeout=60, check=False)

@@ -146,6 +146,17 @@ steps = int(model.optimizer.iterations.numpy())
 """
 
 
+def _cut_short(notes, epoch, steps) -> bool:
+    """Whether a run of the cell left its group inside step `steps` of `epoch`: it did not finish (its host was cut,
+    it was killed, or it was released as a survivor of a cut: the step's collective can finish on some ranks only),
+    and its last `trained` note is the step before."""
+    trained = [e for e in notes if e["event"] == "trained"]
+    if not trained or any(e["event"] == "ended" and e["how"] == "finished" for e in notes):
+        return False
+    last = trained[-1]
+    return (last["epoch"], last["steps"]) == (epoch, steps - 1) if steps > 1 else last["epoch"] == epoch - 1
+
+
 @dataclass(frozen=True)
 class ElasticFault:
     name: str
@@ -264,15 +275,22 @@ class ElasticRun:
             problems.append(f"History epochs {history.epoch}, planned {list(range(EPOCHS))}")
         parts, missing = self.committed_parts()
         problems += missing
-        committed_steps = sum(steps for steps, _ in parts.values())
+        committed_steps = sum(steps for steps, _, _ in parts.values())
         if values.get("steps") != committed_steps:
             problems.append(f"optimizer took {values.get('steps')} steps, the groups' commits hold {committed_steps}")
         for epoch in range(EPOCHS):
-            ids = [i for (_, e), (_, trained) in parts.items() if e == epoch for i in trained]
-            times = collections.Counter(collections.Counter(ids).get(i, 0) for i in range(SAMPLES))
-            if set(times) != {1}:
-                groups = {g: steps for (g, e), (steps, _) in parts.items() if e == epoch}
-                problems.append(f"epoch {epoch}: samples by times trained {dict(times)}; steps by group {groups}")
+            ids = [i for (_, e), (_, trained, _) in parts.items() if e == epoch for i in trained]
+            unnoted = sum(count for (_, e), (_, _, count) in parts.items() if e == epoch)
+            counts = collections.Counter(ids)
+            times = collections.Counter(counts.get(i, 0) for i in range(SAMPLES))
+            # Every sample once; those a rank cut short in its last step trained but could not note are the ones
+            # nobody noted, exactly as many as that step gave it.
+            if set(counts.values()) - {1} or times.get(0, 0) != unnoted:
+                groups = {g: steps for (g, e), (steps, _, _) in parts.items() if e == epoch}
+                problems.append(
+                    f"epoch {epoch}: samples by times trained {dict(times)} ({unnoted} unnoted by ranks cut short); "
+                    f"steps by group {groups}"
+                )
         if getattr(self.result, "diverged", None):
             problems.append(f"ranks ended apart: {self.result.diverged}")
         problems += self._resumed_after_commits()
@@ -285,7 +303,8 @@ class ElasticRun:
         next group's rank 0 saw committed in it, whose commit that group goes on from (the last group: the most any
         of its ranks saw). A rank that died just before a commit point saw fewer; one whose host was cut off, or even
         a survivor, can have seen one more: the last collective before a cut finishes on some ranks only. Each rank's
-        samples are those of its note at that step."""
+        samples are those of its note at that step. A rank that left inside that step gave its samples to the step's
+        collective but noted nothing: `unnoted` counts them."""
         changes = [change["t"] for change in self.result.job.membership]
         runs = collections.defaultdict(list)
         for e in self.events:
@@ -308,12 +327,19 @@ class ElasticRun:
                     steps[key] = max(steps.get(key, 0), e["steps"])
         parts, problems = {}, []
         for key, k in steps.items():
-            ids = []
-            for run, by_steps in trained[key].items():
-                if k not in by_steps:
+            ids, unnoted = [], 0
+            noted = [by_steps[k] for by_steps in trained[key].values() if k in by_steps]
+            per_step = len(noted[0]) // k if noted else 0  # one rank's samples a step
+            for run in [run for run in runs if group_of[run] == key[0]]:
+                by_steps = trained[key].get(run, {})
+                if k in by_steps:
+                    ids += by_steps[k]
+                elif _cut_short(runs[run], key[1], k):
+                    ids += by_steps.get(k - 1, [])
+                    unnoted += per_step
+                elif by_steps:
                     problems.append(f"group {key[0]} committed {k} steps of epoch {key[1]}; run {run} noted none there")
-                ids += by_steps.get(k, [])
-            parts[key] = (k, ids)
+            parts[key] = (k, ids, unnoted)
         return parts, problems
 
     def _resumed_after_commits(self) -> list:
