@@ -21,6 +21,7 @@ import time
 import traceback
 
 from jupyter_dl.backends import named, tf_ops
+from jupyter_dl.host import stack_dumps
 from jupyter_dl.host.processes import pid_running
 from jupyter_dl.runtime import cell_figures, divergence, elastic, job_backend
 from jupyter_dl.runtime.job_backend import backend
@@ -54,6 +55,7 @@ def describe(exit_with_kernel=None, niceness=0):
         )
         _ORPHAN_WATCH.append(watch)
         watch.start()
+    stack_dumps.enable()  # where this engine was, should it ever have to be killed
     if not _PRELOAD:  # the first job should not wait ~10 s for TensorFlow and Horovod to import
         preload = threading.Thread(target=_preload, daemon=True, name="jdl-preload")
         _PRELOAD.append(preload)

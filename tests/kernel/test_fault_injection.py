@@ -146,3 +146,38 @@ def test_long_runs_of_short_collectives_are_not_a_stall(dl_session):
     result = jupyter_dl.distribute(LONG_BUSY_TRAINING, n=2, namespace=namespace, stall_timeout=2.5)
     assert result.job.state == "succeeded"
     assert namespace["fit_s"] > 5 and namespace["calls_s"] > 5, namespace  # both outlast the stall timeout twice
+
+
+STUCK_PAST_THE_GRACE = """
+import signal, time
+from jupyter_dl import collectives
+
+def wait_for_a_peer_that_is_gone():
+    time.sleep(600)  # like a collective in native code: no interrupt gets it out
+
+if collectives.rank() == 1:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    wait_for_a_peer_that_is_gone()
+raise RuntimeError("rank 0 failed")
+"""
+
+
+def test_a_rank_killed_after_the_stop_grace_leaves_its_threads_stacks(dl_session, monkeypatch):
+    """Rank 0 fails; rank 1 ignores every interrupt, so it is killed after the stop grace. Before the kill its
+    engine writes each thread's stack (SIGUSR1, faulthandler: host/stack_dumps.py), and the error says where."""
+    import os
+    import re
+
+    monkeypatch.setattr(dl_session.runner, "stop_grace", 2.0)
+    assert jupyter_dl.distribute(_size, n=2) == 2
+    with pytest.raises(RankError) as failed:
+        jupyter_dl.distribute(STUCK_PAST_THE_GRACE, n=2, name="stuck", namespace={})
+    assert failed.value.rank == 0 and failed.value.evalue == "rank 0 failed"
+    killed = failed.value.others[1]
+    assert "did not stop within 2s" in killed and "killed and replaced" in killed, killed
+    path, host = re.search(r"its threads' stacks: (\S+) on ([^\s)]+)", killed).groups()
+    assert host == os.uname().nodename  # a local cluster: the file is on this machine
+    with open(path) as stacks:
+        text = stacks.read()
+    assert "Thread 0x" in text and "wait_for_a_peer_that_is_gone" in text, text
+    assert jupyter_dl.distribute(_size, n=2) == 2  # the killed engine was replaced

@@ -5,6 +5,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from jupyter_dl.host import stack_dumps
+
 
 @dataclass
 class Ending:
@@ -112,16 +114,34 @@ class Monitor:
             self.cluster.client.send_signal(signal.SIGINT, targets=engine_ids, block=False)
 
     def _kill(self, ids, pending, outcomes):
-        for r in pending:
+        engines = [ids[r] for r in pending]
+        stacks = self._dump_stacks(engines)
+        for r, where in zip(pending, stacks):
             outcomes[r] = {
                 "rank": r,
                 "ok": False,
                 "induced": True,
                 "ename": "Killed",
-                "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced",
+                "evalue": f"did not stop within {self.stop_grace:.0f}s; engine {ids[r]} killed and replaced{where}",
                 "traceback": "",
             }
-        self.cluster.kill_and_replace([ids[r] for r in pending])
+        self.cluster.kill_and_replace(engines)
+
+    def _dump_stacks(self, engines) -> list:
+        """Ask the stuck engines for their threads' stacks (host/stack_dumps.py) before they are killed; for each,
+        the words that say where the stacks are ('' where that is not known)."""
+        try:
+            infos = self.cluster.describe(engines)  # remembered from placing the ranks: no round trip
+            self.cluster.client.send_signal(stack_dumps.SIGNAL, targets=engines, block=False)
+        except Exception:  # an engine already gone: kill what is left all the same
+            return [""] * len(engines)
+        time.sleep(stack_dumps.WRITE_S)
+        return [
+            f" (its threads' stacks: {stack_dumps.path_for(info['pid'])} on {info['hostname']})"
+            if info.get("pid")
+            else ""
+            for info in infos
+        ]
 
 
 def outcome_of(rank, ar):
