@@ -74,7 +74,8 @@ def expected_outcome(run) -> str:
     fault, error = run.fault, run.error
     if fault.expect == "finished":
         if error is not None:
-            return f"failed: {type(error).__name__}: {str(error)[:300]}"
+            others = "".join(f"; rank {r}: {said}" for r, said in sorted(getattr(error, "others", {}).items()))
+            return f"failed: {type(error).__name__}: {str(error)[:300]}{others[:600]}"
         return "; ".join(run.lost_commits())
     if fault.expect == "rank_error":
         if not isinstance(error, RankError) or error.rank != fault.rank or error.ename != fault.ename:
