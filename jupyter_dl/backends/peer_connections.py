@@ -35,18 +35,39 @@ def cut(connections) -> int:
         return 0
     done = 0
     for connection in _tcp_connections():
-        if (connection.laddr, connection.raddr) not in wanted or connection.fd < 0:
+        pair = (connection.laddr, connection.raddr)
+        if pair not in wanted or connection.fd < 0:
+            continue
+        # Shut down through a copy: the owner (gloo) still closes its own. Between the listing and the copy the owner
+        # may have closed it and its number gone to a file or to another connection (the engine's own to its
+        # controller): only the connection itself is cut.
+        peer = _socket_of(connection.fd)
+        if peer is None:
             continue
         try:
-            duplicate = os.dup(connection.fd)  # shut down through a copy: the owner (gloo) still closes its own
-        except OSError:  # closed meanwhile
-            continue
-        peer = socket.socket(fileno=duplicate)
-        try:
-            peer.shutdown(socket.SHUT_RDWR)
-            done += 1
-        except OSError:
+            if _addresses(peer) == pair:
+                peer.shutdown(socket.SHUT_RDWR)
+                done += 1
+        except OSError:  # no longer connected
             pass
         finally:
             peer.close()
     return done
+
+
+def _socket_of(fd: int):
+    """A socket on a copy of `fd`, or None when the number is closed or no longer a socket."""
+    try:
+        duplicate = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        return socket.socket(fileno=duplicate)
+    except OSError:
+        os.close(duplicate)
+        return None
+
+
+def _addresses(peer: socket.socket) -> tuple:
+    """(local, remote) as psutil lists them: (ip, port) each."""
+    return tuple(peer.getsockname()[:2]), tuple(peer.getpeername()[:2])

@@ -8,6 +8,7 @@ tests/cluster/test_multi_host.py.
 """
 
 import json
+import os
 import socket
 import threading
 import urllib.request
@@ -118,4 +119,36 @@ def test_cutting_the_connections_a_backend_opened_closes_them_at_once_and_leaves
         assert to_keep.recv(10) == b"still here"
     finally:
         for s in [to_cut, to_keep, *servers, *accepted]:
+            s.close()
+
+
+def test_a_connection_closed_between_the_listing_and_the_cut_is_not_mistaken_for_what_took_its_number(monkeypatch):
+    """The race the host-loss soak met ('Socket operation on non-socket' in a rank's listener): gloo closed a
+    connection after the listing and its number went to a file. It may as well go to another connection, such as the
+    engine's own to its controller, which must not be cut. Here the listing is taken, the connection closed, and its
+    number given to a file, then to another connection, before the cut."""
+    server = socket.create_server(("127.0.0.1", 0))
+    gone = socket.create_connection(server.getsockname())
+    accepted = [server.accept()[0]]
+    before = peer_connections._tcp_connections()  # the listing, with the connection's number in it
+    pair = (gone.getsockname(), gone.getpeername())
+    number = gone.fileno()
+    monkeypatch.setattr(peer_connections, "_tcp_connections", lambda: before)
+    other = socket.create_connection(server.getsockname())  # opened first: neither takes the number by itself
+    accepted.append(server.accept()[0])
+    with open(__file__) as a_file:
+        gone.close()
+        os.dup2(a_file.fileno(), number)
+        try:
+            assert peer_connections.cut({pair}) == 0  # a file: skipped, no error
+        finally:
+            os.close(number)
+    os.dup2(other.fileno(), number)
+    try:
+        assert peer_connections.cut({pair}) == 0  # another connection: left alone
+        accepted[1].sendall(b"still here")
+        assert other.recv(10) == b"still here"
+    finally:
+        os.close(number)
+        for s in [other, server, *accepted]:
             s.close()
