@@ -18,6 +18,8 @@ import warnings
 
 import numpy as np
 
+PARALLEL_GATHERS = 2  # batches gathered at once
+PREFETCHED_BATCHES = 2  # batches ready ahead of the train step
 # Keras' words when an epoch ends before steps_per_epoch: a resumed epoch does on purpose.
 _RAN_OUT = "Your input ran out of data"
 
@@ -142,9 +144,14 @@ class EpochOrder:
         arrays = tf.data.Dataset.from_tensors(self.data).repeat()
         gathered = tf.data.Dataset.zip((indices, arrays)).map(
             lambda i, data: tf.nest.map_structure(lambda a: tf.gather(a, i), data),
-            num_parallel_calls=tf.data.AUTOTUNE,
+            num_parallel_calls=PARALLEL_GATHERS,
         )
-        return gathered.prefetch(tf.data.AUTOTUNE)
+        # No autotuning: its thread is the one an iterator's end waits for, and a survivor of a lost peer, leaving fit
+        # mid-epoch, sometimes waited seconds there (past the stop grace, so it was killed: the host-loss soak, where
+        # py-spy showed RootDataset's iterator waiting for its thread). Gathering a batch is cheap; a fixed depth does.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return gathered.prefetch(PREFETCHED_BATCHES).with_options(options)
 
     def seen_by_fit(self, epoch_iterator):
         """Keras built the model (perhaps reading a first batch): from now on each read of the dataset is the next
