@@ -564,6 +564,11 @@ class EngineCluster(Configurable):
         owner = (os.getpid(), socket.gethostname()) if self.local else None
         return self._known.describe(self.client, ids, owner, self.engine_niceness if self.local else 0)
 
+    def described(self, ids) -> list:
+        """What describe() learned of each engine, without asking ({} for one never described): for engines that
+        may not answer."""
+        return [self._known.info.get(i, {}) for i in ids]
+
     def kinds(self, ids):
         """Device kind of each engine ('cpu' or 'gpu:<name>', what the recommender plans with), asked once."""
         self.describe(ids)

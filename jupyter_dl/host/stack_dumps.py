@@ -26,8 +26,11 @@ def enable():
     if _OPEN:
         return
     path = path_for(os.getpid())
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    dump = open(path, "w")  # noqa: SIM115  (held open for faulthandler for the engine's life)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        dump = open(path, "w")  # noqa: SIM115  (held open for faulthandler for the engine's life)
+    except OSError:  # no writable temp folder: the engine works all the same, its kill just names no file
+        return
     _OPEN.append(dump)
     faulthandler.register(SIGNAL, file=dump, all_threads=True, chain=False)
     atexit.register(_remove_if_empty, path)  # an engine that ends well leaves nothing behind; a killed one its stacks

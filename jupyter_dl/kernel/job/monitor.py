@@ -131,7 +131,7 @@ class Monitor:
         """Ask the stuck engines for their threads' stacks (host/stack_dumps.py) before they are killed; for each,
         the words that say where the stacks are ('' where that is not known)."""
         try:
-            infos = self.cluster.describe(engines)  # remembered from placing the ranks: no round trip
+            infos = self.cluster.described(engines)  # remembered from placing the ranks: a stuck engine is not asked
             self.cluster.client.send_signal(stack_dumps.SIGNAL, targets=engines, block=False)
         except Exception:  # an engine already gone: kill what is left all the same
             return [""] * len(engines)
