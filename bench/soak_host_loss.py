@@ -12,6 +12,7 @@ per-sample lost-commit check as bench/soak_elastic.py). Recovery: from the rank'
 bench/results/soak_host_loss.json (soak_host_loss_tf.json with --backend tf).
 
     sudo .venv/bin/python bench/soak_host_loss.py [--runs 30] [--host-timeout 10] [--backend horovod]
+        [--only host-cut-at-epoch-end-rank2] [--stop-grace 5]
 """
 
 import argparse
@@ -63,7 +64,18 @@ def main(argv=None):
     parser.add_argument("--host-timeout", type=float, default=10.0, help="c.JobRunner.elastic_host_timeout")
     parser.add_argument("--hang-after", type=float, default=300.0, help="seconds after which a fault counts as hung")
     parser.add_argument("--backend", default="horovod", choices=("horovod", "tf"))
+    parser.add_argument(
+        "--only", choices=[f.name for f in HOST_FAULTS], help="inject only this fault (default: each in turn)"
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=None,
+        help="c.JobRunner.stop_grace: seconds before a rank that has not "
+        "left is killed (raise it to wait for a slow rank, and look at it with py-spy dump --native)",
+    )
     args = parser.parse_args(argv)
+    faults = [f for f in HOST_FAULTS if args.only in (None, f.name)]
     reason = netns.unavailable()
     if reason:
         print(f"soak_host_loss: {reason}", file=sys.stderr)
@@ -97,8 +109,10 @@ def main(argv=None):
             session.cluster.connect_file(engines.cluster_file)
             session.runner.elastic_commit_steps = 1  # commit points inside the 4-step epochs
             session.runner.elastic_host_timeout = args.host_timeout
+            if args.stop_grace is not None:
+                session.runner.stop_grace = args.stop_grace
             for i in range(args.runs):
-                fault = HOST_FAULTS[i % len(HOST_FAULTS)]
+                fault = faults[i % len(faults)]
                 t_fault = time.perf_counter()
                 wait_for_engines(session.cluster)
                 ids = session.cluster.engine_ids()
