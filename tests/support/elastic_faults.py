@@ -297,8 +297,9 @@ class ElasticRun:
         return problems
 
     def committed_parts(self) -> tuple:
-        """({(group, epoch): (steps, sample ids)}, problems): per group of the job (its index in job.membership) and
-        epoch, how many of its steps its commits hold and the samples all its ranks trained in them. A `trained` note
+        """({(group, epoch): (steps, sample ids, unnoted)}, problems): per group of the job (its index in
+        job.membership) and epoch, how many of its steps its commits hold and the samples all its ranks trained in them
+        (`unnoted`: how many of those no note names, see below). A `trained` note
         is committed when a later note of the same run counts more commits; a group's committed steps are those the
         next group's rank 0 saw committed in it, whose commit that group goes on from (the last group: the most any
         of its ranks saw). A rank that died just before a commit point saw fewer; one whose host was cut off, or even
